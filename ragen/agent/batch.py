@@ -1,0 +1,111 @@
+"""Typed records for what a rollout produces (DESIGN.md, "The data that flows").
+
+One trajectory is one token sequence built from the exact ids the engine sampled::
+
+    [prompt] [turn 0 model tokens] [env obs tokens] [turn 1 model tokens] ... [pad]
+
+Sequences are right-padded with the tokenizer's pad id. All (B, T) tensors share that layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class TurnRecord:
+    """One turn of one episode, kept for logging and validation dumps (not used by the estimators)."""
+
+    prompt_text: str  # the new text the model saw this turn (observation + instructions), not the history
+    response_text: str
+    actions: list[str]
+    reward: float
+    success: bool
+    format_ok: bool
+    step_reward: float = 0.0
+
+
+@dataclass
+class EpisodeRecord:
+    """Per-episode summary: which env, which seed, its turns, and its outcome."""
+
+    env_name: str
+    seed: int
+    group_id: int
+    turns: list[TurnRecord] = field(default_factory=list)
+    success: bool = False
+    failed: bool = False  # the env raised; its error is in ``error``
+    error: str = ""
+    truncated: bool = False
+
+
+@dataclass
+class RolloutBatch:
+    """The batch the trainer consumes.
+
+    Per token, shape (B, T), right-padded:
+      input_ids (long), attention_mask (long, 1 on real tokens), response_mask (long, 1 on model-generated
+      tokens only), turn_ids (long, k on model tokens of turn k, -1 elsewhere), token_rewards (float, the
+      turn's reward on the turn's last model token, 0 elsewhere), sample_log_probs (float, the engine's
+      log-prob of each model token, 0 elsewhere).
+    Per trajectory: group_ids (B,) long (same env seed = same group), turn_rewards (B, K) float (0 past the
+      last turn), num_turns (B,) long, truncated (B,) bool (episode hit max_turn without finishing: bootstrap),
+      step_rewards (B, K) / outcome_rewards (B,) float when the env reports a step/outcome split (else None),
+      turn_obs_keys (the observation text each turn acted on, for gigpo).
+    ``metrics`` holds namespaced rollout metrics such as ``env/<name>/success``.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    turn_ids: torch.Tensor
+    token_rewards: torch.Tensor
+    sample_log_probs: torch.Tensor
+    group_ids: torch.Tensor
+    turn_rewards: torch.Tensor
+    num_turns: torch.Tensor
+    truncated: torch.Tensor
+    step_rewards: torch.Tensor | None = None
+    outcome_rewards: torch.Tensor | None = None
+    turn_obs_keys: list[list[str]] | None = None
+    episodes: list[EpisodeRecord] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    def select(self, index: torch.Tensor | list[int]) -> "RolloutBatch":
+        """Rows ``index`` of the batch (used by rollout filtering and mini-batching)."""
+        idx = torch.as_tensor(index, dtype=torch.long)
+        rows = idx.tolist()
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[idx]
+
+        return RolloutBatch(
+            input_ids=self.input_ids[idx],
+            attention_mask=self.attention_mask[idx],
+            response_mask=self.response_mask[idx],
+            turn_ids=self.turn_ids[idx],
+            token_rewards=self.token_rewards[idx],
+            sample_log_probs=self.sample_log_probs[idx],
+            group_ids=self.group_ids[idx],
+            turn_rewards=self.turn_rewards[idx],
+            num_turns=self.num_turns[idx],
+            truncated=self.truncated[idx],
+            step_rewards=pick(self.step_rewards),
+            outcome_rewards=pick(self.outcome_rewards),
+            turn_obs_keys=None if self.turn_obs_keys is None else [self.turn_obs_keys[i] for i in rows],
+            episodes=[self.episodes[i] for i in rows] if self.episodes else [],
+            metrics=dict(self.metrics),
+            extra=dict(self.extra),
+        )

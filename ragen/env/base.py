@@ -1,0 +1,115 @@
+"""The environment protocol and registry shared by every text environment.
+
+An environment is a small object that plays one episode at a time:
+
+* ``reset(seed) -> str`` starts an episode (deterministic per seed) and returns the first observation;
+* ``step(action) -> StepResult`` applies ONE action (the agent proxy splits ``a || b`` into several
+  actions and calls ``step`` once per action, up to its per-turn limit);
+* ``instructions`` (str) describes the task and the action format; ``legal_actions()`` lists the
+  actions that are legal *now*, as text, so prompts can show them.
+
+``StepResult.info`` always carries ``action_is_valid``, ``action_is_effective`` and ``success``.
+Environments with turn-level credit (e.g. ``search_qa``) may add ``step_reward`` and ``outcome_reward``
+to ``info``; the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``.
+Invalid or garbage actions never raise: they return ``action_is_valid=False`` and leave the state as is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
+
+
+@dataclass
+class StepResult:
+    """What one ``Env.step`` returns."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key in REQUIRED_INFO_KEYS:
+            self.info.setdefault(key, False)
+
+
+@runtime_checkable
+class Env(Protocol):
+    """A text environment (see the module docstring)."""
+
+    instructions: str
+
+    def reset(self, seed: int) -> str: ...
+
+    def step(self, action: str) -> StepResult: ...
+
+    def legal_actions(self) -> str: ...
+
+
+_REGISTRY: dict[str, Callable[..., Env]] = {}
+
+# Built-in envs are imported on first use, so ``import ragen.env`` stays light (no gymnasium, bm25s...).
+# Each module registers its env(s) with ``@register(name)`` when imported.
+_BUILTIN_MODULES: dict[str, str] = {
+    "bandit": "ragen.env.bandit",
+    "frozen_lake": "ragen.env.frozen_lake",
+    "sokoban": "ragen.env.sokoban",
+    "countdown": "ragen.env.countdown",
+    "webshop": "ragen.env.webshop",
+    "search_qa": "ragen.env.search_qa",
+    "twenty_questions": "ragen.env.twenty_questions",
+    "guess_my_city": "ragen.env.guess_my_city",
+    "static_qa": "ragen.env.static_qa",
+    "text_adventure": "ragen.env.text_adventure",
+}
+
+
+def register(name: str) -> Callable[[Callable[..., Env]], Callable[..., Env]]:
+    """Class decorator: make an env constructible as ``ragen.env.make(name, **config)``."""
+
+    def deco(factory: Callable[..., Env]) -> Callable[..., Env]:
+        if name in _REGISTRY and _REGISTRY[name] is not factory:
+            raise ValueError(f"env name {name!r} is already registered by {_REGISTRY[name]!r}")
+        _REGISTRY[name] = factory
+        return factory
+
+    return deco
+
+
+def names() -> list[str]:
+    """Sorted names of all registered environments (built-in ones included before their first use)."""
+    return sorted(set(_REGISTRY) | set(_BUILTIN_MODULES))
+
+
+def config_keys(name: str) -> list[str]:
+    """The keyword arguments env ``name`` accepts (its config keys)."""
+    factory = _lookup(name)
+    params = inspect.signature(factory).parameters
+    return [p for p, v in params.items() if v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)]
+
+
+def _lookup(name: str) -> Callable[..., Env]:
+    if name not in _REGISTRY and name in _BUILTIN_MODULES:
+        importlib.import_module(_BUILTIN_MODULES[name])
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown env {name!r}; registered envs: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def make(name: str, **config: Any) -> Env:
+    """Build env ``name`` with ``config`` as keyword arguments.
+
+    Unknown names and unknown config keys raise a ``ValueError`` that lists the valid ones, so a bad
+    config fails before any worker starts.
+    """
+    factory = _lookup(name)
+    valid = config_keys(name)
+    bad = sorted(set(config) - set(valid))
+    if bad:
+        raise ValueError(f"unknown config key(s) {bad} for env {name!r}; valid keys: {', '.join(valid)}")
+    return factory(**config)

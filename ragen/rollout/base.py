@@ -1,0 +1,52 @@
+"""The inference-engine protocol the agent proxy talks to (DESIGN.md, "Rollout engines").
+
+Token in, token out: prompts are token-id lists and samples come back as the exact sampled ids with
+the log-probs of the distribution actually sampled from (after temperature; keep top_p=1, top_k=0
+for training rollouts so the trainer's recomputed log-probs agree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-call sampling settings.
+
+    ``stop`` strings end a sample when its decoded text contains one (the stop text is kept in the
+    sample); ``stop_token_ids`` end it on one of those ids (the id is kept). ``seed`` makes sampling
+    reproducible where the backend supports it.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Sample:
+    """One generated continuation: ids, their log-probs (same length), and why it ended."""
+
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str  # "stop" (stop string / stop id / eos) or "length"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A batched sampler over token ids."""
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]: ...
+
+    def update_weights(self, state_dict: dict[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake(self) -> None: ...

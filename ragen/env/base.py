@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 REQUIRED_INFO_KEYS = ("action_is_valid", "action_is_effective", "success")
 

@@ -7,7 +7,7 @@ setup(
     version="0.1.0",
     description="Training LLM agents with multi-turn reinforcement learning",
     packages=find_packages(include=["ragen", "ragen.*"]),
-    package_data={"ragen": ["data/**/*", "data/*"]},
+    package_data={"ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[
@@ -31,6 +31,9 @@ setup(
     ],
     extras_require={
         "gpu": ["vllm", "flash-attn"],
-        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6"],
+        # Z-machine text adventures (jericho builds a small C library with gcc/make).
+        "text_adventure": ["jericho>=3.3"],
+        # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.
+        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3", "textworld>=1.6"],
     },
 )

@@ -1,1 +1,9 @@
-"""ragen.algorithms"""
+"""ragen.algorithms: advantage estimators (one registry, one signature), PPO-family losses, masked statistics.
+
+All functions are pure: tensors in, tensors out, explicit scalars (DESIGN.md, "Advantage estimators").
+"""
+
+from ragen.algorithms.inputs import AdvantageInputs
+from ragen.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorSpec, compute_advantage, register_estimator
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "EstimatorSpec", "compute_advantage", "register_estimator"]

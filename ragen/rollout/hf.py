@@ -1,0 +1,250 @@
+"""The ``hf`` engine: batched sampling with a transformers causal LM on CPU or GPU (DESIGN.md, "Rollout engines").
+
+Our own decode loop over ``model.forward`` with a KV cache instead of ``model.generate``, so the returned ids are
+exactly the sampled ones and their log-probs are those of the distribution actually sampled from:
+
+- prompts are left-padded into one batch (attention mask + position ids), prefilled once, then decoded one token
+  per step; rows that finish are dropped from the batch and the KV cache, so short answers cost nothing;
+- ``temperature > 0``: log-probs of ``softmax(logits / T)``, restricted to the top-k / nucleus (top-p) set and
+  renormalised when ``top_k > 0`` or ``top_p < 1`` (keep ``top_p=1, top_k=0`` for training, see ``base.py``);
+- ``temperature == 0``: greedy argmax; the point mass has log-prob 0, so we report the untempered ``T = 1``
+  log-probs instead (what vLLM reports too), which is what an evaluator wants to see;
+- a sample ends at the first stop id (``stop_token_ids``, the tokenizer's eos = end-of-turn token, the model's
+  generation eos ids) or at the first token whose decoded text completes a stop string; that token is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ragen.models.loader import DEFAULT_MODEL, load_model, load_tokenizer
+from ragen.rollout.base import Sample, SamplingParams
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+_NAME_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+
+def parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"float32"``/``"bfloat16"``/``"float16"`` (or short forms, or a torch dtype) -> torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0) -> torch.Tensor:
+    """Log-probs of the distribution sampled from, given raw ``logits: (B, V)``; returns ``(B, V)`` in fp32.
+
+    ``log_softmax(logits / T)``; tokens outside the top-k and outside the smallest set whose probability reaches
+    ``top_p`` get ``-inf`` and the rest is renormalised. ``temperature == 0`` (greedy) gives ``log_softmax(logits)``.
+    """
+    scaled = logits.float() / temperature if temperature > 0 else logits.float()
+    logp = torch.log_softmax(scaled, dim=-1)
+    if temperature <= 0 or (top_p >= 1.0 and top_k <= 0):
+        return logp
+    if 0 < top_k < logp.shape[-1]:
+        kth = torch.topk(logp, top_k, dim=-1).values[..., -1:]
+        logp = logp.masked_fill(logp < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logp, order = torch.sort(logp, dim=-1, descending=True)
+        probs = sorted_logp.exp()
+        mass_before = probs.cumsum(-1) - probs  # probability of strictly better tokens
+        drop_sorted = mass_before >= top_p  # the first token is always kept (mass_before = 0)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logp = logp.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(logp, dim=-1)
+
+
+def _check_sampling(sampling: SamplingParams) -> None:
+    if sampling.temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {sampling.top_k}")
+    if sampling.max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {sampling.max_new_tokens}")
+
+
+class HFEngine:
+    """Engine over a transformers causal LM; implements ``ragen.rollout.base.Engine``.
+
+    ``model`` is a name/path for ``load_model`` or a model object; the engine casts it to ``device``/``dtype`` in
+    place (an object passed in is shared, not copied, so a trainer's updates are visible without a sync).
+    ``tokenizer`` defaults to ``load_tokenizer`` of the model name (of ``model.name_or_path`` for an object, or
+    the default model's). ``batch_size`` bounds the rows decoded together (prompts are grouped by length).
+    """
+
+    def __init__(
+        self,
+        model: str | PreTrainedModel = DEFAULT_MODEL,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str | torch.dtype = "float32",
+        batch_size: int = 32,
+        cache_dir: str | None = None,
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.device = torch.device(device)
+        self.dtype = parse_dtype(dtype)
+        self.batch_size = batch_size
+        if isinstance(model, str):
+            name = model
+            model = load_model(model, dtype=self.dtype, cache_dir=cache_dir)
+        else:
+            name = model.name_or_path or DEFAULT_MODEL
+        self.model: PreTrainedModel = model.to(device=self.device, dtype=self.dtype)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name, cache_dir=cache_dir)
+        self.pad_id = self._pad_id()
+        self.eos_ids = self._eos_ids()
+
+    def _pad_id(self) -> int:
+        for candidate in (self.tokenizer.pad_token_id, self.model.config.pad_token_id, self.tokenizer.eos_token_id):
+            if candidate is not None:
+                return int(candidate)
+        return 0
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if isinstance(source, int):
+                ids.add(source)
+            elif source is not None:
+                ids.update(int(i) for i in source)
+        return frozenset(ids)
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        """Sample one continuation per prompt; results are in prompt order (see module docstring)."""
+        _check_sampling(sampling)
+        vocab = self.model.get_input_embeddings().weight.shape[0]
+        for i, prompt in enumerate(prompt_token_ids):
+            if len(prompt) == 0:
+                raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+            if min(prompt) < 0 or max(prompt) >= vocab:
+                raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): min {min(prompt)}, max {max(prompt)}")
+        if sampling.max_new_tokens == 0:
+            return [Sample([], [], "length") for _ in prompt_token_ids]
+        generator = None
+        if sampling.seed is not None and sampling.temperature > 0:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        order = sorted(range(len(prompt_token_ids)), key=lambda i: len(prompt_token_ids[i]))
+        results: list[Sample | None] = [None] * len(order)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    chunk = order[start : start + self.batch_size]
+                    samples = self._generate_chunk([prompt_token_ids[i] for i in chunk], sampling, generator)
+                    for i, sample in zip(chunk, samples, strict=True):
+                        results[i] = sample
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Left-pad and run the prompts: returns last logits (B, V), KV cache, attention mask (B, L), next pos (B,)."""
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        return out.logits[:, -1, :], out.past_key_values, mask, positions[:, -1] + 1
+
+    def _generate_chunk(
+        self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
+    ) -> list[Sample]:
+        logits, cache, mask, next_pos = self._prefill(prompts)
+        stop_ids = self.eos_ids | frozenset(sampling.stop_token_ids)
+        window = max((len(s) for s in sampling.stop), default=0) + 8  # tokens decoded to look for stop strings
+        tokens: list[list[int]] = [[] for _ in prompts]
+        log_probs: list[list[float]] = [[] for _ in prompts]
+        reasons = ["length"] * len(prompts)
+        active = list(range(len(prompts)))  # original row of each current batch row
+        for step in range(sampling.max_new_tokens):
+            logp = sampling_log_probs(logits, sampling.temperature, sampling.top_p, sampling.top_k)
+            if sampling.temperature > 0:
+                chosen = torch.multinomial(logp.exp(), 1, generator=generator)  # (b, 1)
+            else:
+                chosen = logp.argmax(-1, keepdim=True)
+            chosen_logp = logp.gather(-1, chosen).squeeze(-1).tolist()
+            keep: list[int] = []
+            for j, (row, tok) in enumerate(zip(active, chosen.squeeze(-1).tolist(), strict=True)):
+                tokens[row].append(tok)
+                log_probs[row].append(chosen_logp[j])
+                if tok in stop_ids or self._hits_stop(tokens[row], sampling.stop, window):
+                    reasons[row] = "stop"
+                else:
+                    keep.append(j)
+            if not keep or step == sampling.max_new_tokens - 1:
+                break
+            if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, next_pos, chosen = mask[index], next_pos[index], chosen[index]
+                active = [active[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=1)
+            out = self.model(
+                input_ids=chosen, attention_mask=mask, position_ids=next_pos[:, None], past_key_values=cache,
+                use_cache=True,
+            )
+            logits, cache, next_pos = out.logits[:, -1, :], out.past_key_values, next_pos + 1
+        return [Sample(t, lp, r) for t, lp, r in zip(tokens, log_probs, reasons, strict=True)]
+
+    def _hits_stop(self, generated: list[int], stop: tuple[str, ...], window: int) -> bool:
+        """True if the newest tokens complete a stop string (checked each step, so a short tail suffices)."""
+        stop = tuple(s for s in stop if s)  # an empty stop string would match everything; ignore it
+        if not stop:
+            return False
+        text = self.tokenizer.decode(generated[-window:], skip_special_tokens=False)
+        return any(s in text for s in stop)
+
+    # ------------------------------------------------------------------ weights and memory
+    def update_weights(self, state_dict: dict[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Copy tensors into the engine's model by name (full or partial state dict, or (name, tensor) pairs).
+
+        Wrapper prefixes (``module.``, ``_orig_mod.``, FSDP/checkpoint wrappers) are stripped; DTensors are
+        gathered with ``full_tensor()``. Unknown names or shape mismatches raise ``ValueError``.
+        """
+        targets = self.model.state_dict(keep_vars=True)
+        items = state_dict.items() if isinstance(state_dict, dict) else state_dict
+        with torch.no_grad():
+            for raw_name, tensor in items:
+                name = raw_name
+                for prefix in _NAME_PREFIXES:
+                    name = name.replace(prefix, "")
+                if name not in targets:
+                    known = ", ".join(list(targets)[:3])
+                    raise ValueError(f"update_weights: unknown parameter {raw_name!r}; expected names like {known}")
+                if hasattr(tensor, "full_tensor"):
+                    tensor = tensor.full_tensor()
+                target = targets[name]
+                if tuple(tensor.shape) != tuple(target.shape):
+                    raise ValueError(
+                        f"update_weights: {raw_name!r} has shape {tuple(tensor.shape)}, model has {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+    def sleep(self) -> None:
+        """Free accelerator memory between rollouts: on CUDA the model moves to CPU; a no-op on CPU."""
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            torch.cuda.empty_cache()
+
+    def wake(self) -> None:
+        """Undo ``sleep`` (move the model back to its device); a no-op on CPU."""
+        if self.device.type == "cuda":
+            self.model.to(self.device)

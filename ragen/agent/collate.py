@@ -1,0 +1,136 @@
+"""Turn finished episodes into a right-padded ``RolloutBatch`` and its namespaced metrics.
+
+Layouts (DESIGN.md, "Two layouts"):
+
+* ``trajectory``: one row per episode, ``[prompt][turn 0][env][turn 1]...`` built from the exact sampled ids.
+  When ``max_context_window`` or ``max_model_len`` cut a prompt, the row still holds the full history, so
+  for those turns it differs from what the model saw (``extra["context_cut"]`` flags such rows).
+* ``turn``: one row per generated turn: the exact prompt the model saw + its response. Per-episode fields
+  (``group_ids``, ``turn_rewards``, ``num_turns``, ``truncated``, ``turn_obs_keys``, ``episodes``) are
+  repeated on every row of the episode; ``extra["episode_index"]`` / ``extra["turn_index"]`` (B,) map rows
+  back to episodes so a trainer can gather each episode's model tokens in order.
+
+An episode that failed before its first turn has a one-token placeholder row (pad id, attention 1, no
+model token), so every episode keeps a row and attention never covers an empty row.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from ragen.agent.batch import RolloutBatch
+from ragen.agent.context import EpisodeContext
+from ragen.agent.env_manager import EnvSlot
+
+
+@dataclass
+class _Row:
+    ids: list[int]
+    log_probs: list[float]
+    turn_ids: list[int]
+    episode: int
+    turn: int  # -1: whole trajectory (or placeholder)
+
+
+def _rows(slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str) -> list[_Row]:
+    rows: list[_Row] = []
+    for e, ctx in enumerate(contexts):
+        if ctx is None or (layout == "turn" and ctx.num_turns == 0):
+            rows.append(_Row([pad_id], [0.0], [-1], e, -1))
+        elif layout == "trajectory":
+            rows.append(_Row(ctx.ids, ctx.log_probs, ctx.turn_ids, e, -1))
+        else:
+            for k, (resp, lps) in enumerate(ctx.responses):
+                prompt = ctx.turn_prompts[k]
+                close = [] if resp and resp[-1] == ctx.fmt.eot_id else [ctx.fmt.eot_id]
+                ids = prompt + resp + close
+                rows.append(_Row(ids, [0.0] * len(prompt) + lps + [0.0] * len(close),
+                                 [-1] * len(prompt) + [k] * len(resp) + [-1] * len(close), e, k))  # fmt: skip
+    return rows
+
+
+def build_batch(
+    slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str = "trajectory"
+) -> RolloutBatch:
+    """The batch of ``slots``' finished episodes (see the module docstring for the layouts)."""
+    rows = _rows(slots, contexts, pad_id, layout)
+    b, t = len(rows), max(len(r.ids) for r in rows)
+    k_max = max(1, max(len(s.turn_rewards) for s in slots))
+    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, t), dtype=torch.long)
+    turn_ids = torch.full((b, t), -1, dtype=torch.long)
+    log_probs = torch.zeros((b, t), dtype=torch.float32)
+    token_rewards = torch.zeros((b, t), dtype=torch.float32)
+    turn_rewards = torch.zeros((b, k_max), dtype=torch.float32)
+    step_rewards = torch.zeros((b, k_max), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        n, slot = len(row.ids), slots[row.episode]
+        input_ids[i, :n] = torch.tensor(row.ids, dtype=torch.long)
+        attention[i, :n] = 1
+        turn_ids[i, :n] = torch.tensor(row.turn_ids, dtype=torch.long)
+        log_probs[i, :n] = torch.tensor(row.log_probs, dtype=torch.float32)
+        nt = len(slot.turn_rewards)
+        turn_rewards[i, :nt] = torch.tensor(slot.turn_rewards, dtype=torch.float32)
+        step_rewards[i, :nt] = torch.tensor(slot.step_rewards, dtype=torch.float32)
+        for k, r in enumerate(slot.turn_rewards):
+            pos = (turn_ids[i] == k).nonzero()
+            if len(pos):  # the reward sits on the turn's last model token
+                token_rewards[i, int(pos[-1])] = r
+        if slot.failed:  # a failed episode trains nothing (module docstring of ragen.agent.rollout)
+            turn_ids[i] = -1
+            token_rewards[i] = 0.0
+    episode = torch.tensor([r.episode for r in rows], dtype=torch.long)
+    picked = [slots[r.episode] for r in rows]
+    split = any(s.has_split for s in slots)
+    cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
+    return RolloutBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        response_mask=(turn_ids >= 0).long(),
+        turn_ids=turn_ids,
+        token_rewards=token_rewards,
+        sample_log_probs=log_probs * (turn_ids >= 0),
+        group_ids=torch.tensor([s.group_id for s in picked], dtype=torch.long),
+        turn_rewards=turn_rewards,
+        num_turns=torch.tensor([len(s.turn_rewards) for s in picked], dtype=torch.long),
+        truncated=torch.tensor([bool(s.record and s.record.truncated) for s in picked], dtype=torch.bool),
+        step_rewards=step_rewards if split else None,
+        outcome_rewards=torch.tensor([s.outcome_reward for s in picked], dtype=torch.float32) if split else None,
+        turn_obs_keys=[list(s.obs_keys) for s in picked],
+        episodes=[s.record for s in picked if s.record is not None],
+        metrics=env_metrics(slots),
+        extra={
+            "failed": torch.tensor([s.failed for s in picked], dtype=torch.bool),
+            "context_cut": torch.tensor(cut, dtype=torch.bool),
+            "episode_index": episode,
+            "turn_index": torch.tensor([r.turn for r in rows], dtype=torch.long),
+        },
+    )
+
+
+def env_metrics(slots: list[EnvSlot]) -> dict[str, float]:
+    """Per-env-name means: success, valid/effective action ratios, turns, format_ok, reward; failed count.
+
+    Action ratios count a malformed turn as one invalid, ineffective action.
+    """
+    by_name: dict[str, list[EnvSlot]] = defaultdict(list)
+    for slot in slots:
+        by_name[slot.name].append(slot)
+    out: dict[str, float] = {}
+    for name, group in by_name.items():
+        n = len(group)
+        ratio = [(s.actions_valid / s.actions_total, s.actions_effective / s.actions_total)
+                 for s in group if s.actions_total > 0]  # fmt: skip
+        turns = [t for s in group if s.record for t in s.record.turns]
+        p = f"env/{name}/"
+        out[p + "success"] = sum(bool(s.record and s.record.success) for s in group) / n
+        out[p + "valid_action_ratio"] = sum(v for v, _ in ratio) / len(ratio) if ratio else 0.0
+        out[p + "effective_action_ratio"] = sum(e for _, e in ratio) / len(ratio) if ratio else 0.0
+        out[p + "turns"] = sum(len(s.turn_rewards) for s in group) / n
+        out[p + "format_ok"] = sum(t.format_ok for t in turns) / len(turns) if turns else 0.0
+        out[p + "reward"] = sum(sum(s.turn_rewards) for s in group) / n
+        out[p + "failed"] = float(sum(s.failed for s in group))
+    return out

@@ -1,0 +1,85 @@
+"""Typed configuration of the agent proxy: how turns are run and which env groups are rolled out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LAYOUTS = ("trajectory", "turn")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How the proxy talks to the model.
+
+    ``max_context_window`` keeps the last N turns of history in each prompt (None = all turns).
+    ``max_model_len`` bounds prompt + response tokens of every engine call; when a prompt would not leave
+    room for ``max_new_tokens``, history is dropped oldest-first (metric ``agent/context_truncations``).
+    ``format_penalty`` is added to the reward of a turn whose response could not be parsed.
+    ``layout``: ``"trajectory"`` = one row per episode, ``"turn"`` = one row per turn (DESIGN.md, "Two layouts").
+    """
+
+    max_turn: int = 5
+    max_actions_per_turn: int = 1
+    action_sep: str = "||"
+    max_context_window: int | None = None
+    max_model_len: int = 2048
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    format_penalty: float = -0.1
+    think: bool = True
+    think_tag: str = "think"
+    answer_tag: str = "answer"
+    layout: str = "trajectory"
+    system_prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_turn < 1:
+            raise ValueError(f"AgentConfig.max_turn must be >= 1, got {self.max_turn}")
+        if self.max_actions_per_turn < 1:
+            raise ValueError(f"AgentConfig.max_actions_per_turn must be >= 1, got {self.max_actions_per_turn}")
+        if not self.action_sep:
+            raise ValueError("AgentConfig.action_sep must be a non-empty string such as '||'")
+        if self.max_context_window is not None and self.max_context_window < 0:
+            raise ValueError(f"AgentConfig.max_context_window must be None or >= 0, got {self.max_context_window}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"AgentConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_model_len <= self.max_new_tokens:
+            raise ValueError(
+                f"AgentConfig.max_model_len ({self.max_model_len}) must exceed max_new_tokens ({self.max_new_tokens})"
+            )
+        if self.temperature <= 0:
+            raise ValueError(f"AgentConfig.temperature must be > 0 (got {self.temperature}); use a small value")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if not self.think_tag or not self.answer_tag:
+            raise ValueError("AgentConfig.think_tag and answer_tag must be non-empty tag names")
+
+
+@dataclass(frozen=True)
+class EnvGroupSpec:
+    """``n_groups`` groups of ``group_size`` envs named ``name`` (built with ``ragen.env.make(name, **config)``).
+
+    The envs of one group share a reset seed and a group id (the groups of group-relative estimators).
+    ``max_turn`` / ``max_actions_per_turn`` override the AgentConfig values for these envs.
+    """
+
+    name: str
+    config: dict[str, Any] = field(default_factory=dict)
+    n_groups: int = 1
+    group_size: int = 1
+    max_turn: int | None = None
+    max_actions_per_turn: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_groups < 1 or self.group_size < 1:
+            raise ValueError(
+                f"EnvGroupSpec({self.name!r}): n_groups and group_size must be >= 1, "
+                f"got {self.n_groups} and {self.group_size}"
+            )
+        for key in ("max_turn", "max_actions_per_turn"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"EnvGroupSpec({self.name!r}).{key} must be None or >= 1, got {value}")

@@ -1,0 +1,187 @@
+"""Token-level context building: chat-template rendering without re-rendering the conversation.
+
+DESIGN.md ("The data that flows"): the prompt of turn k+1 is the prompt of turn k, plus the exact ids the
+engine sampled, plus the template's separator after its end-of-turn token, plus only the new user message
+rendered on its own (with the generation prompt). Nothing about a model family is hard-coded: the
+end-of-turn token, the separator and the per-message rendering are all derived from the tokenizer's chat
+template (``ChatFormat``).
+
+``EpisodeContext`` holds one episode's full token sequence (the ``trajectory`` layout row) and builds each
+turn's prompt from it, keeping the last ``max_context_window`` turns and dropping older history when the
+prompt would not leave room for the response inside ``max_model_len``. When history is cut, the prompt
+starts with a fresh first message (instructions + the observation of the oldest kept turn) followed by
+the kept turns' exact tokens; the trajectory row still holds the full, uncut sequence (DESIGN.md, "Two
+layouts": use ``layout="turn"`` when the exact per-turn prompts matter for training).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+_MARK_USER = "\u2063u\u2063"
+_MARK_ASSISTANT = "\u2063ASSISTANT_CONTENT\u2063"
+
+
+class ChatFormat:
+    """What a tokenizer's chat template looks like at the token level.
+
+    Derived once by rendering tiny conversations:
+      * ``eot_id``: the end-of-turn token that closes an assistant message (first special token after the
+        assistant content; falls back to ``tokenizer.eos_token_id`` when the template emits none);
+      * ``separator_ids``: what the template puts after that token before the next message (e.g. ``"\\n"``);
+      * ``first_prompt(text)``: [system?, user(text)] with the generation prompt;
+      * ``next_message(text)``: only a new user message plus the generation prompt, as rendered after an
+        assistant message.
+    """
+
+    def __init__(self, tokenizer: Any, system_prompt: str | None = None) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                f"tokenizer {type(tokenizer).__name__} has no chat template; the agent proxy needs one "
+                "(set tokenizer.chat_template, or use an instruct model such as the default smollm2-135m-instruct)"
+            )
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
+        self._base: list[dict[str, str]] = system
+        self._prefix_text = self._render(
+            [{"role": "user", "content": _MARK_USER}, {"role": "assistant", "content": _MARK_ASSISTANT}], False
+        )
+        pos = self._prefix_text.rfind(_MARK_ASSISTANT)
+        if pos < 0:
+            raise ValueError("the chat template dropped the assistant content; cannot derive its end-of-turn token")
+        tail_ids = self.encode(self._prefix_text[pos + len(_MARK_ASSISTANT) :])
+        specials = set(getattr(tokenizer, "all_special_ids", []) or [])
+        cut = next((i for i, t in enumerate(tail_ids) if t in specials), None)
+        if cut is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError("the chat template emits no end-of-turn special token and the tokenizer has no eos")
+            self.eot_id = int(tokenizer.eos_token_id)
+            self.separator_ids = tail_ids
+        else:
+            self.eot_id = int(tail_ids[cut])
+            self.separator_ids = tail_ids[cut + 1 :]
+
+    def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        text = self.tokenizer.apply_chat_template(
+            self._base + messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        if not isinstance(text, str):
+            raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, expected str")
+        return text
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` without extra special tokens (the template text already holds BOS etc.)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of a response with special tokens removed (what the parser sees)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def first_prompt(self, user_text: str) -> list[int]:
+        """Ids of [system?, user(user_text)] + generation prompt."""
+        return self.encode(self._render([{"role": "user", "content": user_text}], True))
+
+    def next_message(self, user_text: str) -> list[int]:
+        """Ids of one new user message + generation prompt, as the template renders it after an assistant turn.
+
+        The separator after the previous end-of-turn token is NOT included (see ``separator_ids``).
+        """
+        full = self._render(
+            [
+                {"role": "user", "content": _MARK_USER},
+                {"role": "assistant", "content": _MARK_ASSISTANT},
+                {"role": "user", "content": user_text},
+            ],
+            True,
+        )
+        if not full.startswith(self._prefix_text):
+            raise ValueError(
+                "the chat template re-renders earlier messages when a message is added; the proxy cannot build "
+                "prompts incrementally with it (use a template whose rendering of earlier turns is stable)"
+            )
+        return self.encode(full[len(self._prefix_text) :])
+
+
+@dataclass
+class PromptPlan:
+    """One turn's engine input: ``ids``, the response budget, and whether history was cut to fit."""
+
+    ids: list[int]
+    max_new_tokens: int
+    start_turn: int  # oldest turn whose tokens are in the prompt (0 = full history)
+    truncated: bool  # history was dropped because of max_model_len (not because of the window)
+
+
+@dataclass
+class EpisodeContext:
+    """One episode's token sequence and per-token labels, grown turn by turn.
+
+    ``ids``/``log_probs``/``turn_ids`` cover the full sequence ``[prompt][turn 0][env][turn 1]...``;
+    ``turn_ids`` is k on model tokens of turn k and -1 elsewhere (prompt, env tokens, appended end tokens).
+    """
+
+    fmt: ChatFormat
+    instructions: str
+    user_texts: list[str] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    turn_starts: list[int] = field(default_factory=list)  # index in ``ids`` where turn k's response starts
+    turn_prompts: list[list[int]] = field(default_factory=list)  # the exact prompt of each generated turn
+    responses: list[tuple[list[int], list[float]]] = field(default_factory=list)  # sampled ids, log-probs
+    history_cut: bool = False  # some turn's prompt did not hold the full history (window or max_model_len)
+    _heads: dict[int, list[int]] = field(default_factory=dict)
+
+    def head(self, turn: int) -> list[int]:
+        """First-message prompt that starts at ``turn``'s observation (turn 0: the real episode start)."""
+        if turn not in self._heads:
+            self._heads[turn] = self.fmt.first_prompt(f"{self.instructions}\n\n{self.user_texts[turn]}")
+        return self._heads[turn]
+
+    def add_user(self, text: str) -> None:
+        """Append the next user message (the first one becomes the episode's prompt)."""
+        self.user_texts.append(text)
+        new = self.head(0) if len(self.user_texts) == 1 else self.fmt.separator_ids + self.fmt.next_message(text)
+        self._extend(new, -1)
+
+    def add_response(self, ids: list[int], log_probs: list[float]) -> None:
+        """Append the sampled ids of the current turn; close it with the end-of-turn token if it is missing."""
+        turn = len(self.turn_starts)
+        self.responses.append((list(ids), [float(x) for x in log_probs]))
+        self.turn_starts.append(len(self.ids))
+        self.ids.extend(ids)
+        self.log_probs.extend(float(x) for x in log_probs)
+        self.turn_ids.extend([turn] * len(ids))
+        if not ids or ids[-1] != self.fmt.eot_id:
+            self._extend([self.fmt.eot_id], -1)
+
+    def _extend(self, ids: list[int], turn: int) -> None:
+        self.ids.extend(ids)
+        self.log_probs.extend([0.0] * len(ids))
+        self.turn_ids.extend([turn] * len(ids))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turn_starts)
+
+    def plan(self, window: int | None, max_model_len: int, max_new_tokens: int) -> PromptPlan:
+        """The prompt of the next turn: the last ``window`` turns of history that leave room for the response.
+
+        History is dropped oldest-first while ``len(prompt) + max_new_tokens > max_model_len``; when even the
+        history-free prompt does not fit, the response budget shrinks to what is left (possibly < 1: the
+        caller then ends the episode).
+        """
+        k = self.num_turns
+        first = 0 if window is None else max(0, k - window)
+        start = first
+        while True:
+            length = len(self.ids) if start == 0 else len(self.head(start)) + len(self.ids) - self.turn_starts[start]
+            if length + max_new_tokens <= max_model_len or start == k:
+                break
+            start += 1
+        ids = self.ids if start == 0 else self.head(start) + self.ids[self.turn_starts[start] :]
+        budget = min(max_new_tokens, max_model_len - len(ids))
+        self.history_cut = self.history_cut or start > 0
+        return PromptPlan(ids=list(ids), max_new_tokens=budget, start_turn=start, truncated=start > first)

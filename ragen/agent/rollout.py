@@ -1,0 +1,211 @@
+"""The agent proxy: runs env groups turn by turn against an engine and returns a ``RolloutBatch``.
+
+Per turn, one ``engine.generate`` call covers every active env (finished, failed and over-budget envs are
+not generated for). Each response is parsed (``parse_response``); a well-formed answer's actions (at most
+the per-env ``max_actions_per_turn``, the rest ignored) are executed in order, stopping early when the
+episode ends; the turn reward is the sum of their rewards. A malformed response executes no action: the
+turn reward is ``format_penalty``, the env state is unchanged, the turn still counts towards ``max_turn``,
+and the next prompt says the previous answer was not understood.
+
+Failed envs (exception in the env) keep a row in the batch so shapes and group sizes stay fixed, but the
+row trains nothing: its ``response_mask`` and ``token_rewards`` are zeroed and ``turn_ids`` set to -1;
+``extra["failed"]`` (B,) bool flags them and ``env/<name>/failed`` counts them. Trainers using
+group-relative estimators may also drop the row's whole group with ``batch.select``.
+
+Rows are right-padded with ``tokenizer.pad_token_id`` (the end-of-turn id when the tokenizer has none).
+Generation stops at the template's end-of-turn token; a response cut by the token budget is closed with that
+token as a non-model token (response_mask 0). ``agent/time/*`` metrics split rollout time into generation
+and everything else.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ragen.agent.batch import RolloutBatch, TurnRecord
+from ragen.agent.collate import build_batch
+from ragen.agent.config import AgentConfig, EnvGroupSpec
+from ragen.agent.context import ChatFormat, EpisodeContext
+from ragen.agent.env_manager import EnvManager, EnvSlot
+from ragen.agent.parser import parse_response
+from ragen.rollout.base import SamplingParams
+
+
+class AgentProxy:
+    """Rolls out ``train_envs`` / ``val_envs`` with ``engine`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        agent: AgentConfig,
+        train_envs: list[EnvGroupSpec],
+        val_envs: list[EnvGroupSpec],
+        *,
+        seed: int = 0,
+        val_seed: int = 123456,
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.cfg = agent
+        self.fmt = ChatFormat(tokenizer, agent.system_prompt)
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = int(self.fmt.eot_id if pad is None else pad)
+        self.managers = {"train": EnvManager(train_envs, agent)}
+        if val_envs:
+            self.managers["val"] = EnvManager(val_envs, agent)
+        self.seed = int(seed)
+        self.val_seed = int(val_seed)
+        self.train_calls = 0
+
+    def state_dict(self) -> dict[str, int]:
+        """The seed counters (everything needed to resume the same train seed sequence)."""
+        return {"seed": self.seed, "val_seed": self.val_seed, "train_calls": self.train_calls}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.seed = int(state["seed"])
+        self.val_seed = int(state["val_seed"])
+        self.train_calls = int(state["train_calls"])
+
+    def rollout(self, mode: str = "train") -> RolloutBatch:
+        """One batch of episodes: ``"train"`` advances the seeds each call, ``"val"`` uses fixed seeds."""
+        if mode not in self.managers:
+            valid = sorted(self.managers)
+            raise ValueError(f"unknown rollout mode {mode!r}; valid modes: {valid} (val needs val_envs)")
+        manager = self.managers[mode]
+        if mode == "train":
+            base, counter = self.seed, self.train_calls
+            self.train_calls += 1
+        else:
+            base, counter = self.val_seed, 0
+        start = time.perf_counter()
+        stats = {"generate_s": 0.0, "truncations": 0, "overflow": 0, "cutoffs": 0, "calls": 0}
+        manager.reset(manager.group_seeds(base, counter))
+        contexts: list[EpisodeContext | None] = [self._open(slot) for slot in manager.slots]
+        for turn in range(max(slot.max_turn for slot in manager.slots)):
+            if not self._turn(manager, contexts, turn, base * 1_000_003 + counter * 101 + turn, stats):
+                break
+        for slot in manager.slots:
+            assert slot.record is not None
+            slot.record.truncated = not slot.done and not slot.failed
+        batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout)
+        batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
+        return batch
+
+    def _open(self, slot: EnvSlot) -> EpisodeContext | None:
+        """The episode context with its first prompt, or None when the env failed."""
+        if slot.failed:
+            return None
+        try:
+            instructions, legal = EnvManager.describe(slot)
+        except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
+            slot.fail("instructions", exc)
+            return None
+        ctx = EpisodeContext(self.fmt, instructions)
+        ctx.add_user(self._user_text(slot, legal, 0, ""))
+        return ctx
+
+    def _turn(self, manager: EnvManager, contexts: list, turn: int, seed: int, stats: dict) -> bool:
+        """Generate for every active env and step it; False when no env was active."""
+        cfg = self.cfg
+        active, plans = [], []
+        for i, slot in enumerate(manager.slots):
+            ctx = contexts[i]
+            if slot.done or slot.stopped or ctx is None or ctx.num_turns >= slot.max_turn:
+                continue
+            plan = ctx.plan(cfg.max_context_window, cfg.max_model_len, cfg.max_new_tokens)
+            stats["truncations"] += int(plan.truncated)
+            if plan.max_new_tokens < 1:
+                stats["overflow"] += 1  # not even the history-free prompt fits: end the episode as truncated
+                slot.stopped = True
+                continue
+            active.append(i)
+            plans.append(plan)
+        if not active:
+            return False
+        sampling = SamplingParams(
+            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+            max_new_tokens=max(p.max_new_tokens for p in plans), stop_token_ids=(self.fmt.eot_id,), seed=seed,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        samples = self.engine.generate([p.ids for p in plans], sampling)
+        stats["generate_s"] += time.perf_counter() - t0
+        stats["calls"] += 1
+        if len(samples) != len(plans):
+            raise RuntimeError(f"engine returned {len(samples)} samples for {len(plans)} prompts")
+        for i, plan, sample in zip(active, plans, samples, strict=True):
+            ids = list(sample.token_ids)[: plan.max_new_tokens]
+            log_probs = list(sample.log_probs)[: plan.max_new_tokens]
+            stats["cutoffs"] += int(not ids or ids[-1] != self.fmt.eot_id)
+            contexts[i].turn_prompts.append(plan.ids)
+            contexts[i].add_response(ids, log_probs)
+            self._act(manager.slots[i], contexts[i], ids)
+        return True
+
+    def _act(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> None:
+        """Parse the response, step the env, record the turn, and add the next user message if any."""
+        cfg = self.cfg
+        text = self.fmt.decode(ids)
+        parsed = parse_response(
+            text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
+        )
+        actions = parsed.actions[: slot.max_actions]
+        slot.obs_keys.append(slot.observation)
+        outcome = EnvManager.step(slot, actions)
+        reward = outcome.reward + (0.0 if parsed.format_ok else cfg.format_penalty)
+        slot.actions_total += outcome.executed if parsed.format_ok else 1
+        slot.actions_valid += outcome.valid
+        slot.actions_effective += outcome.effective
+        slot.turn_rewards.append(reward)
+        slot.step_rewards.append(outcome.step_reward)
+        slot.outcome_reward += outcome.outcome_reward
+        slot.has_split = slot.has_split or outcome.has_split
+        slot.observation = outcome.observation
+        slot.done = slot.done or outcome.done
+        record = slot.record
+        assert record is not None
+        record.success = record.success or outcome.success
+        record.turns.append(
+            TurnRecord(
+                prompt_text=ctx.user_texts[-1], response_text=text, actions=actions, reward=reward,
+                success=outcome.success, format_ok=parsed.format_ok, step_reward=outcome.step_reward,
+            )
+        )  # fmt: skip
+        if slot.done or ctx.num_turns >= slot.max_turn:
+            return
+        try:
+            _, legal = EnvManager.describe(slot)
+        except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
+            slot.fail("legal_actions", exc)
+            return
+        note = "" if parsed.format_ok else "Your previous answer could not be parsed; no action was taken.\n"
+        ctx.add_user(self._user_text(slot, legal, ctx.num_turns, note))
+
+    def _user_text(self, slot: EnvSlot, legal: str, turn: int, note: str) -> str:
+        """The user message of ``turn``: observation, legal actions, actions left and the format reminder."""
+        cfg = self.cfg
+        turns_left = slot.max_turn - turn
+        m = slot.max_actions
+        sep = f", separated by '{cfg.action_sep}'" if m > 1 else ""
+        think = f"<{cfg.think_tag}>your reasoning</{cfg.think_tag}>" if cfg.think else ""
+        example = "action" if m == 1 else f"action1 {cfg.action_sep} action2"
+        answer = f"<{cfg.answer_tag}>{example}</{cfg.answer_tag}>"
+        return (
+            f"{note}Turn {turn + 1}. State:\n{slot.observation}\n"
+            f"Legal actions: {legal}\n"
+            f"You have {turns_left * m} action(s) left ({turns_left} turn(s), at most {m} action(s) per turn{sep}).\n"
+            f"Always respond in the format {think}{answer}."
+        )
+
+    def _agent_metrics(self, stats: dict, total_s: float) -> dict[str, float]:
+        gen = stats["generate_s"]
+        return {
+            "agent/context_truncations": float(stats["truncations"]),
+            "agent/prompt_overflow": float(stats["overflow"]),
+            "agent/length_cutoffs": float(stats["cutoffs"]),
+            "agent/generate_calls": float(stats["calls"]),
+            "agent/time/rollout_s": total_s,
+            "agent/time/generate_s": gen,
+            "agent/time/outside_generate_frac": (total_s - gen) / total_s if total_s > 0 else 0.0,
+        }

@@ -1,0 +1,156 @@
+"""Proxy behaviour with a scripted engine: multi-action, failures, context limits, seeds, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ScriptedEngine
+
+from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
+
+
+def fixed(tok, text: str, end: bool = True):
+    """Script that always answers ``text`` (+ the end-of-turn token)."""
+    ids = tok(text, add_special_tokens=False)["input_ids"] + ([tok.convert_tokens_to_ids("<|end|>")] if end else [])
+    return lambda call, i, prompt: ids
+
+
+def test_multi_action_sums_rewards_and_stops_at_done(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right || bogus || right || right || right</answer>"))
+    cfg = AgentConfig(max_turn=2, max_actions_per_turn=2, think=False)
+    specs = [
+        EnvGroupSpec("test_line", {"rewards": (1.0, 0.5, 2.0), "horizon": 3}, n_groups=1, group_size=1),
+        EnvGroupSpec("test_line", {"rewards": (1.0, 0.5, 2.0), "horizon": 3}, 1, 1, max_actions_per_turn=5),
+    ]
+    batch = AgentProxy(engine, char_tok, cfg, specs, []).rollout()
+    # env 0: first 2 actions per turn -> turn 0: right(1.0) + bogus(0, invalid); turn 1: right(0.5) + bogus.
+    # env 1: 5 actions -> right, bogus, right, right = 1.0 + 0 + 0.5 + 2.0 -> done: the 5th is not executed.
+    assert batch.turn_rewards.tolist() == [[1.0, 0.5], [3.5, 0.0]]
+    assert batch.num_turns.tolist() == [2, 1]
+    assert batch.episodes[0].turns[0].actions == ["right", "bogus"]
+    assert batch.episodes[1].turns[0].actions == ["right", "bogus", "right", "right", "right"]
+    assert batch.turn_obs_keys == [["pos=0", "pos=1"], ["pos=0"]]
+    assert batch.truncated.tolist() == [True, False]
+    assert batch.metrics["env/test_line/valid_action_ratio"] == pytest.approx((2 / 4 + 3 / 4) / 2)
+    assert batch.metrics["env/test_line/success"] == 0.5
+    assert batch.group_ids.tolist() == [0, 1]
+    assert len(engine.calls[1][0]) == 1  # the finished env is not generated for
+
+
+def test_format_penalty_and_no_step(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "I go right"))
+    cfg = AgentConfig(max_turn=2, format_penalty=-0.25)
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    assert batch.turn_rewards.tolist() == [[-0.25, -0.25]]
+    assert batch.turn_obs_keys == [["pos=0", "pos=0"]]  # no env step happened
+    assert batch.metrics["env/test_line/format_ok"] == 0.0
+    assert batch.metrics["env/test_line/valid_action_ratio"] == 0.0
+    assert batch.episodes[0].turns[1].prompt_text.startswith("Your previous answer could not be parsed")
+
+
+def test_length_cutoff_appends_end_token_as_env_token(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer> and more text", end=False))
+    cfg = AgentConfig(max_turn=1, think=False, max_new_tokens=22, max_model_len=4096)
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    n = int(batch.attention_mask[0].sum())
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    assert int(batch.input_ids[0, n - 1]) == eot and int(batch.response_mask[0, n - 1]) == 0
+    assert int(batch.response_mask[0].sum()) == 22
+    assert float(batch.token_rewards[0, n - 2]) == 1.0  # the last MODEL token carries the reward
+    assert batch.metrics["agent/length_cutoffs"] == 1.0
+
+
+@pytest.mark.parametrize("where", ["reset", "step"])
+def test_env_exception_is_isolated(char_tok, where):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=3, think=False)
+    spec = EnvGroupSpec("test_line", {"fail_on": where}, n_groups=2, group_size=2)
+    proxy = AgentProxy(engine, char_tok, cfg, [spec], [], seed=0)  # group seeds 0 and 1: group 1 (odd) fails
+    batch = proxy.rollout()
+    failed = [e.failed for e in batch.episodes]
+    assert failed == [False, False, True, True]
+    assert all(f"boom in {where}" in e.error for e in batch.episodes[2:])
+    assert batch.metrics["env/test_line/failed"] == 2.0
+    assert batch.extra["failed"].tolist() == failed
+    assert batch.turn_rewards[:2].tolist() == [[1.0, 0.0, 2.0]] * 2  # the healthy group is unaffected
+    assert batch.response_mask[2:].sum() == 0 and batch.token_rewards[2:].abs().sum() == 0
+    assert (batch.turn_ids[2:] == -1).all() and batch.attention_mask[2:].sum(1).min() >= 1
+    assert [len(c[0]) for c in engine.calls] == ([2, 2, 2] if where == "reset" else [4, 2, 2])
+    # the next rollout rebuilds the failed envs (new seeds 2, 3: group 1 fails again, group 0 is fine)
+    assert [e.failed for e in proxy.rollout().episodes] == [False, False, True, True]
+
+
+def test_context_window_keeps_last_turns(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=3, think=False, max_context_window=1)
+    spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
+    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    p2 = char_tok.decode(engine.calls[2][0][0])
+    assert "pos=1" in p2 and "pos=2" in p2 and "pos=0" not in p2  # turn 0 dropped, turn 1 kept
+    assert p2.count("<answer>right</answer>") == 1
+    assert batch.metrics["agent/context_truncations"] == 0.0  # the window is not a truncation
+    assert bool(batch.extra["context_cut"][0])
+    assert int(batch.response_mask[0].sum()) == 3 * 23  # the trajectory row still holds all three turns
+
+
+def test_max_model_len_drops_history_and_counts_it(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
+    full = AgentProxy(ScriptedEngine(fixed(char_tok, "<answer>right</answer>")), char_tok,
+                      AgentConfig(max_turn=3, think=False), [spec], [])  # fmt: skip
+    full.rollout()
+    lengths = [len(c[0][0]) for c in full.engine.calls]
+    limit = lengths[2] + 10  # turn 2's full prompt + 32 new tokens does not fit; turn 1's does
+    cfg = AgentConfig(max_turn=3, think=False, max_model_len=limit, max_new_tokens=32)
+    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    assert lengths[1] + 32 <= limit
+    assert [len(c[0][0]) for c in engine.calls][:2] == lengths[:2]
+    assert len(engine.calls[2][0][0]) + 32 <= limit
+    assert batch.metrics["agent/context_truncations"] == 1.0
+    assert batch.num_turns.tolist() == [3]
+
+
+def test_prompt_that_never_fits_ends_episode_as_truncated(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=3, think=False, max_model_len=100, max_new_tokens=8)
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    assert engine.calls == [] and batch.num_turns.tolist() == [0]
+    assert batch.truncated.tolist() == [True] and batch.metrics["agent/prompt_overflow"] == 1.0
+
+
+def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=1, think=False)
+    train = [EnvGroupSpec("test_line", {}, n_groups=2, group_size=3)]
+    val = [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)]
+    proxy = AgentProxy(engine, char_tok, cfg, train, val, seed=7, val_seed=500)
+    seeds = [[e.seed for e in proxy.rollout("train").episodes] for _ in range(2)]
+    assert seeds == [[7, 7, 7, 8, 8, 8], [9, 9, 9, 10, 10, 10]]
+    assert [e.seed for e in proxy.rollout("val").episodes] == [500, 500]
+    assert [e.seed for e in proxy.rollout("val").episodes] == [500, 500]
+    state = proxy.state_dict()
+    nxt = [e.seed for e in proxy.rollout("train").episodes]
+    other = AgentProxy(engine, char_tok, cfg, train, val, seed=0)
+    other.load_state_dict(state)
+    assert [e.seed for e in other.rollout("train").episodes] == nxt == [11, 11, 11, 12, 12, 12]
+    with pytest.raises(ValueError, match="valid modes"):
+        AgentProxy(engine, char_tok, cfg, train, []).rollout("val")
+
+
+def test_step_and_outcome_rewards_are_collected(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=3, think=False)
+    spec = EnvGroupSpec("test_line", {"split": True}, 1, 1)
+    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    assert batch.step_rewards.tolist() == [[1.0, 0.0, 2.0]]
+    assert batch.outcome_rewards.tolist() == [10.0]
+    assert torch.equal(batch.token_rewards.sum(1), batch.turn_rewards.sum(1))
+
+
+def test_bad_config_and_bad_template_errors(char_tok):
+    with pytest.raises(ValueError, match="layout"):
+        AgentConfig(layout="steps")
+    with pytest.raises(ValueError, match="unknown config key"):
+        AgentProxy(None, char_tok, AgentConfig(), [EnvGroupSpec("test_line", {"nope": 1}, 1, 1)], [])
+    with pytest.raises(ValueError, match="n_groups"):
+        EnvGroupSpec("test_line", {}, 0, 1)

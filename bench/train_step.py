@@ -1,0 +1,112 @@
+"""Benchmark one PPO actor step against a bare torch training loop on the same batch, in the same run.
+
+    python bench/train_step.py                       # default model, batch 8 x 512, 2 threads
+    python bench/train_step.py --micro 8 --repeats 3
+
+Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (old log-probs, no grad) and
+``update`` (1 mini-batch of all sequences, micro-batches of ``--micro`` with gradient accumulation, chunked
+log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same bf16
+autocast, full log_softmax over the logits, the same clipped loss formula, backward, clip, AdamW step.
+Prints the phase breakdown, tokens/s and ``ratio = bare_time / ours`` (goal >= 0.8). The two loops alternate
+and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
+only ever adds time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+
+def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0):
+    """Random ids, full attention, response mask on the second half, random advantages."""
+    from ragen.workers import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq_len), generator=g)
+    attn = torch.ones(batch, seq_len, dtype=torch.long)
+    resp = torch.zeros(batch, seq_len, dtype=torch.long)
+    resp[:, seq_len // 2:] = 1
+    adv = torch.randn(batch, seq_len, generator=g) * resp
+    return TrainBatch(ids, attn, resp, advantages=adv)
+
+
+def bare_step(model, opt, batch, micro: int, clip: float) -> float:
+    """One plain training step: full logits, log_softmax, PPO clipped token-mean loss, AdamW."""
+    n_tok = float(batch.response_mask[:, 1:].sum())
+    for part in batch.chunk(micro):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=part.input_ids, attention_mask=part.attention_mask).logits
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        lp = logp.gather(-1, part.input_ids[:, 1:, None]).squeeze(-1)
+        mask = part.response_mask[:, 1:].float()
+        adv, old = part.advantages[:, 1:], part.old_log_probs[:, 1:]
+        ratio = torch.exp(lp - old)
+        loss_mat = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
+        ((loss_mat * mask).sum() / n_tok).backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(norm)
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="model alias / folder / hub id (default: ragen.models.DEFAULT_MODEL)")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--micro", type=int, default=4, help="micro-batch size (sequences) for both loops")
+    p.add_argument("--repeats", type=int, default=3, help="timed steps per loop after one warm-up step")
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from ragen.models import DEFAULT_MODEL, load_model
+    from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker
+
+    name = args.model or DEFAULT_MODEL
+    cfg = ActorConfig(lr=1e-6, mini_batch_size=args.batch, micro_batch_size=args.micro, mixed_precision="bf16",
+                      clip_high=0.2)
+    ours, t_init = timed(lambda: LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=cfg))
+    vocab = ours.worker.config.vocab_size
+    batch = make_batch(args.batch, args.seq_len, vocab)
+    tokens = args.batch * args.seq_len
+    ours.call("compute_log_probs", batch.select(slice(0, 1)))  # warm-up (kernel selection)
+    old, t_lp = timed(lambda: ours.call("compute_log_probs", batch))
+    batch = batch.with_fields(old_log_probs=old)
+
+    bare = load_model(name, dtype=torch.float32)
+    bare.train()
+    opt = torch.optim.AdamW(bare.parameters(), lr=1e-6, weight_decay=0.01, foreach=True)
+
+    ours_times, bare_times = [], []
+    for i in range(args.repeats + 1):  # alternate so background load hits both loops alike; step 0 = warm-up
+        metrics, t_ours = timed(lambda: ours.call("update", batch))
+        _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2))
+        print(f"step {i}{' (warm-up)' if i == 0 else ''}: ours update {t_ours:.2f} s, bare {t_bare:.2f} s, "
+              f"pg_loss {metrics['actor/pg_loss']:.4f}, grad_norm {metrics['actor/grad_norm']:.3f}", flush=True)
+        if i > 0:
+            ours_times.append(t_ours)
+            bare_times.append(t_bare)
+    # best of N: on a shared machine background load only ever adds time, so the minimum is the estimate
+    t_ours, t_bare = min(ours_times), min(bare_times)
+    print(f"\nmodel {name}, batch {args.batch} x {args.seq_len} ({tokens} tokens, response on the second half), "
+          f"micro {args.micro}, threads {torch.get_num_threads()}, bf16 autocast + fp32 master weights")
+    print(f"  worker init             {t_init:7.2f} s")
+    print(f"  phase log-probs (old)   {t_lp:7.2f} s   {tokens / t_lp:8.0f} tokens/s")
+    print(f"  phase actor update      {t_ours:7.2f} s   {tokens / t_ours:8.0f} tokens/s  (best of {len(ours_times)})")
+    print(f"  one PPO actor step      {t_lp + t_ours:7.2f} s   {tokens / (t_lp + t_ours):8.0f} tokens/s")
+    print(f"  bare torch update       {t_bare:7.2f} s   {tokens / t_bare:8.0f} tokens/s  (best of {len(bare_times)})")
+    print(f"  ratio bare / ours       {t_bare / t_ours:7.2f}   (goal >= 0.8)")
+
+
+if __name__ == "__main__":
+    main()

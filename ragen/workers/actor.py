@@ -1,0 +1,171 @@
+"""Policy worker: the actor (PPO updates) or the frozen reference policy, one instance per rank.
+
+Each rank holds an FSDP2 shard of the causal LM (world size 1: the plain module) wrapped in
+``LogProbModel`` so one root forward computes chunked token log-probs. The batch a worker receives is its
+rank-local shard (``WorkerGroup`` splits the global batch). Loss (``ragen.algorithms.losses``):
+  policy_loss(clip-higher, dual clip) - entropy_coef * entropy + kl_loss_coef * KL(pi || pi_ref) [if use_kl_loss]
+each aggregated with ``loss_agg`` over the policy mask with mini-batch-global counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ragen.algorithms.losses import entropy_loss, kl_estimate, kl_loss, policy_loss
+from ragen.workers import dist as D
+from ragen.workers.config import ActorConfig
+from ragen.workers.data import TrainBatch
+from ragen.workers.logprob import LogProbModel
+from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
+
+ROLES = ("actor", "ref")
+
+
+def build_causal_lm(model_name_or_path: str, tiny: dict | None, cache_dir: str | None):
+    """Load the policy LM in fp32 (master weights): ``tiny_model(**tiny)`` for tests, else ``load_model``."""
+    from ragen.models import load_model, tiny_model
+
+    if tiny is not None:
+        return tiny_model(**tiny)
+    return load_model(model_name_or_path, dtype=torch.float32, cache_dir=cache_dir)
+
+
+class PolicyWorker:
+    """One rank of the policy (``role='actor'``) or reference (``role='ref'``, frozen, no optimizer) group.
+
+    Args: ``model_name_or_path`` (alias, folder or hub id, see ``ragen.models.load_model``), ``cfg``,
+    ``rank`` / ``world_size`` / ``master_addr`` / ``master_port`` (process group; world size 1 needs none),
+    ``tiny`` (kwargs of ``ragen.models.tiny_model``: build a tiny random model instead, for tests),
+    ``cache_dir`` (converted-model cache), ``num_threads`` (torch intra-op threads of this rank; Ray sets
+    OMP_NUM_THREADS from the actor's CPUs, 1 for fractional CPUs, so co-located groups that take turns on the
+    same cores should pass the core count here).
+    """
+
+    def __init__(self, model_name_or_path: str, cfg: ActorConfig, rank: int = 0, world_size: int = 1,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500, *, role: str = "actor",
+                 tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None):
+        if role not in ROLES:
+            raise ValueError(f"role={role!r} is unknown; use one of {ROLES}")
+        self.cfg, self.rank, self.world_size, self.role = cfg, rank, world_size, role
+        self.model_name_or_path, self.tiny, self.cache_dir = model_name_or_path, tiny, cache_dir
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        torch.manual_seed(cfg.seed)
+        self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        lm = build_causal_lm(model_name_or_path, tiny, cache_dir)
+        if cfg.gradient_checkpointing and role == "actor":
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.config = lm.config
+        self.module = D.shard_model(LogProbModel(lm), lm.model.layers, device=self.device,
+                                    mixed_precision=cfg.mixed_precision)
+        self.module.eval()
+        self.trainable: Trainable | None = None
+        if role == "ref":
+            self.module.requires_grad_(False)
+        else:
+            self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="actor")
+
+    # ---------------------------------------------------------------------------------------------- forward
+    def _log_probs(self, b: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        target = b.response_mask if b.loss_mask is None else (b.response_mask.bool() | b.loss_mask.bool()).long()
+        with D.compute_autocast(self.device, self.cfg.mixed_precision):
+            return self.module(b.input_ids, b.attention_mask, target_mask=target, temperature=self.cfg.temperature,
+                               chunk_size=self.cfg.log_prob_chunk_size, with_entropy=with_entropy,
+                               checkpoint=self.cfg.checkpoint_lm_head)
+
+    def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
+        """Log-probs (B_local, T) fp32 of each response token under the current policy (no grad).
+
+        Computed on ``response_mask`` (and ``loss_mask``) tokens only; 0 elsewhere.
+        """
+        size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
+        return forward_in_chunks(batch, size, self.device, lambda b: self._log_probs(b, with_entropy=False)[0])
+
+    # ---------------------------------------------------------------------------------------------- update
+    def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
+        cfg = self.cfg
+        mask = b.policy_mask
+        lp, ent = self._log_probs(b, with_entropy=True)
+        agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs}
+        pg, m = policy_loss(lp, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
+                            dual_clip=cfg.dual_clip, **agg)
+        loss = pg
+        if cfg.entropy_coef != 0.0:
+            loss = loss - cfg.entropy_coef * entropy_loss(ent, mask, **agg)
+        n = float(mask.bool().sum())
+        token_sums = {"actor/pg_clipfrac": m["actor/pg_clipfrac"] * n, "actor/ppo_kl": m["actor/ppo_kl"] * n,
+                      "actor/entropy": float(torch.where(mask.bool(), ent.detach(), 0.0).sum())}
+        sums = {"actor/pg_loss": float(pg.detach())}
+        if cfg.use_kl_loss:
+            kl = kl_loss(lp, b.ref_log_probs, mask, kind=cfg.kl_kind, **agg)
+            loss = loss + cfg.kl_loss_coef * kl
+            sums["actor/kl_loss"] = float(kl.detach())
+            kl_mat = kl_estimate(lp.detach(), b.ref_log_probs, cfg.kl_kind)
+            token_sums["actor/kl"] = float(torch.where(mask.bool(), kl_mat, torch.zeros_like(kl_mat)).sum())
+        sums["actor/loss"] = float(loss.detach())
+        return MicroResult(loss=loss, token_sums=token_sums, sums=sums)
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics.
+
+        Needs ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` when ``use_kl_loss``). Metrics:
+        actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/loss, actor/grad_norm, actor/lr,
+        actor/skipped_steps (+ actor/kl_loss, actor/kl with the KL loss), averaged over optimizer steps.
+        """
+        if self.trainable is None:
+            raise RuntimeError("update() called on a role='ref' PolicyWorker; the reference policy is frozen")
+        missing = [n for n in ("old_log_probs", "advantages") if getattr(batch, n) is None]
+        if self.cfg.use_kl_loss and batch.ref_log_probs is None:
+            missing.append("ref_log_probs (actor.use_kl_loss=true)")
+        if missing:
+            raise ValueError(f"PolicyWorker.update needs batch fields {missing}; compute them before the update")
+        return self.trainable.update(batch, lambda b: b.policy_mask, self._micro_loss)
+
+    # ---------------------------------------------------------------------------------------------- weights
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full unsharded fp32 weights with transformers key names (``model.layers.0...``) on rank 0, ``{}`` on
+        other ranks (all ranks must call). For syncing rollout engines."""
+        state = D.full_state_dict(self.module)
+        return {k[len("lm."):]: v for k, v in state.items()}
+
+    def save(self, dir: str) -> None:
+        """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
+        generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it) and, for the
+        actor, ``optimizer.pt`` (full optimizer + lr scheduler state, world-size independent)."""
+        directory = Path(dir)
+        state = self.full_state_dict()
+        if self.rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.module.lm.save_pretrained(directory, state_dict=state)
+            self._save_tokenizer(directory)
+        D.barrier()
+        if self.trainable is not None:
+            self.trainable.save_state(directory, self.rank)
+        D.barrier()
+
+    def _save_tokenizer(self, directory: Path) -> None:
+        from ragen.models import DEFAULT_MODEL, load_tokenizer
+
+        source = DEFAULT_MODEL if self.tiny is not None else self.model_name_or_path
+        try:
+            load_tokenizer(source, cache_dir=self.cache_dir).save_pretrained(directory)
+        except (OSError, ValueError) as exc:  # a weights-only folder: the model is still loadable
+            print(f"[PolicyWorker] no tokenizer saved with the checkpoint ({exc})")
+
+    def load(self, dir: str) -> None:
+        """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``."""
+        from transformers import AutoModelForCausalLM
+
+        directory = Path(dir)
+        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        D.load_full_state_dict(self.module, {f"lm.{k}": v for k, v in lm.state_dict().items()})
+        del lm
+        if self.trainable is not None and (directory / "optimizer.pt").is_file():
+            self.trainable.load_state(directory)
+        D.barrier()
+
+    def ping(self) -> int:
+        """Returns the rank (readiness check for worker groups)."""
+        return self.rank

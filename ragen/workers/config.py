@@ -1,0 +1,147 @@
+"""Worker configs: frozen dataclasses the trainer's YAML (``actor:`` / ``critic:``) mirrors key for key.
+
+Batch sizes follow verl's convention:
+  - ``mini_batch_size`` counts sequences GLOBALLY (all ranks); one optimizer step per mini-batch, so one
+    ``update`` call does ``ppo_epochs * B_global / mini_batch_size`` optimizer steps.
+  - ``micro_batch_size`` counts sequences PER RANK; micro-batches accumulate gradients. Losses are
+    normalised by token / sequence counts over the whole mini-batch (all micro-batches, all ranks), so the
+    result does not depend on the micro-batch split or the world size.
+  - ``infer_micro_batch_size`` (per rank) is the chunk size of the no-grad passes (log-probs, values).
+
+Defaults follow RAGEN / verl: actor lr 1e-6, critic lr 1e-5, clip-higher (0.2, 0.28), grad clip 1.0,
+value clip 0.5, KL as a k3 ("low-variance") loss when enabled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LR_SCHEDULES = ("constant", "cosine")
+MIXED_PRECISION = ("bf16", "fp32")
+LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
+
+
+def _check_common(cfg, prefix: str) -> None:
+    """Validate the optimisation / batching fields both configs share (``prefix`` names the YAML group)."""
+    if len(tuple(cfg.betas)) != 2:
+        raise ValueError(f"{prefix}.betas={cfg.betas} must be two numbers, e.g. [0.9, 0.999]")
+    object.__setattr__(cfg, "betas", tuple(float(b) for b in cfg.betas))  # YAML gives a list
+    if cfg.lr < 0:
+        raise ValueError(f"{prefix}.lr={cfg.lr} must be >= 0")
+    if cfg.lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"{prefix}.lr_schedule={cfg.lr_schedule!r} is unknown; use one of {LR_SCHEDULES}")
+    if cfg.lr_schedule == "cosine" and (cfg.total_steps is None or cfg.total_steps < 1):
+        raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), "
+                         f"got {cfg.total_steps}")
+    if cfg.warmup_steps < 0:
+        raise ValueError(f"{prefix}.warmup_steps={cfg.warmup_steps} must be >= 0")
+    if not 0.0 <= cfg.min_lr_ratio <= 1.0:
+        raise ValueError(f"{prefix}.min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
+    if cfg.mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"{prefix}.mixed_precision={cfg.mixed_precision!r} is unknown; use one of {MIXED_PRECISION}")
+    if cfg.loss_agg not in LOSS_AGG:
+        raise ValueError(f"{prefix}.loss_agg={cfg.loss_agg!r} is unknown; use one of {LOSS_AGG}")
+    for name in ("ppo_epochs", "mini_batch_size", "micro_batch_size"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{prefix}.{name}={getattr(cfg, name)} must be >= 1")
+    if cfg.infer_micro_batch_size is not None and cfg.infer_micro_batch_size < 1:
+        raise ValueError(f"{prefix}.infer_micro_batch_size={cfg.infer_micro_batch_size} must be >= 1 or null")
+    if cfg.grad_clip is not None and cfg.grad_clip <= 0:
+        raise ValueError(f"{prefix}.grad_clip={cfg.grad_clip} must be > 0 or null (no clipping)")
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """Policy (and reference) worker settings.
+
+    Optimiser: AdamW(lr, betas, eps, weight_decay) on fp32 master weights; linear warmup over
+    ``warmup_steps`` optimizer steps, then constant or cosine decay to ``min_lr_ratio * lr`` at
+    ``total_steps``. ``grad_clip`` clips the global grad norm (null = no clipping).
+    Loss: PPO clipped surrogate with ratio clipped to [1 - clip_low, 1 + clip_high] (clip-higher, DAPO) and
+    optional ``dual_clip`` (c > 1, Ye et al. 2020) for negative advantages; minus ``entropy_coef`` * entropy;
+    plus ``kl_loss_coef`` * KL(pi || pi_ref) (estimator ``kl_kind``, Schulman's k1/k2/k3) when
+    ``use_kl_loss`` (otherwise KL belongs in the reward, applied by the trainer).
+    ``temperature`` must equal the rollout temperature: log-probs are of the sampling distribution.
+    ``mixed_precision='bf16'`` = bf16 compute with fp32 master weights and optimizer state (GPU: FSDP2
+    MixedPrecisionPolicy; CPU: bf16 autocast); ``'fp32'`` = everything fp32 (tests, debugging).
+    ``log_prob_chunk_size`` = tokens per lm_head chunk in ``token_log_probs`` (bounds the logits memory);
+    ``checkpoint_lm_head`` recomputes each chunk's logits in backward instead of keeping them.
+    """
+
+    lr: float = 1e-6
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    total_steps: int | None = None
+    grad_clip: float | None = 1.0
+    ppo_epochs: int = 1
+    mini_batch_size: int = 8
+    micro_batch_size: int = 2
+    infer_micro_batch_size: int | None = None
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = None
+    loss_agg: str = "token-mean"
+    entropy_coef: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_kind: str = "k3"
+    temperature: float = 1.0
+    log_prob_chunk_size: int = 1024
+    checkpoint_lm_head: bool = True
+    gradient_checkpointing: bool = False
+    mixed_precision: str = "bf16"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_common(self, "actor")
+        if self.clip_low < 0 or self.clip_high < 0:
+            raise ValueError(f"actor.clip_low={self.clip_low} / actor.clip_high={self.clip_high} must be >= 0")
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(f"actor.dual_clip={self.dual_clip} must be > 1 (e.g. 3.0) or null to disable")
+        if self.kl_kind not in KL_KINDS:
+            raise ValueError(f"actor.kl_kind={self.kl_kind!r} is unknown; use one of {KL_KINDS}")
+        if self.temperature <= 0:
+            raise ValueError(f"actor.temperature={self.temperature} must be > 0 (use the rollout temperature)")
+        if self.log_prob_chunk_size < 1:
+            raise ValueError(f"actor.log_prob_chunk_size={self.log_prob_chunk_size} must be >= 1")
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """Critic (value-head model) settings.
+
+    Value loss: clipped (PPO2 style) 0.5 * max((V - R)^2, (clip(V, V_old +- value_clip) - R)^2), aggregated
+    with ``loss_agg`` over model tokens when ``mask_env_tokens`` (default; values at prompt / env tokens are
+    never used by the estimators) or over all real tokens otherwise. ``value_clip=null`` disables clipping.
+    Optimiser and batching fields mean the same as in ``ActorConfig``.
+    """
+
+    lr: float = 1e-5
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    total_steps: int | None = None
+    grad_clip: float | None = 1.0
+    ppo_epochs: int = 1
+    mini_batch_size: int = 8
+    micro_batch_size: int = 2
+    infer_micro_batch_size: int | None = None
+    value_clip: float | None = 0.5
+    loss_agg: str = "token-mean"
+    mask_env_tokens: bool = True
+    gradient_checkpointing: bool = False
+    mixed_precision: str = "bf16"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_common(self, "critic")
+        if self.value_clip is not None and self.value_clip <= 0:
+            raise ValueError(f"critic.value_clip={self.value_clip} must be > 0 or null to disable")

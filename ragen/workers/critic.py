@@ -1,0 +1,104 @@
+"""Critic worker: a ``ValueModel`` (causal-LM backbone + value head) per rank, FSDP2-sharded like the policy.
+
+Values are produced at every real position; the clipped value loss (``ragen.algorithms.losses.value_loss``)
+covers model tokens only by default (``mask_env_tokens``: the estimators never read values at prompt or
+env tokens, so fitting them only spends capacity) or every real token otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ragen.algorithms.losses import value_loss
+from ragen.models.value_head import HEAD_FILE, ValueModel
+from ragen.workers import dist as D
+from ragen.workers.actor import build_causal_lm
+from ragen.workers.config import CriticConfig
+from ragen.workers.data import TrainBatch
+from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
+
+
+class CriticWorker:
+    """One rank of the critic group. Same constructor arguments as ``PolicyWorker`` (no role).
+
+    ``model_name_or_path`` is either a causal LM (alias, folder, hub id: the backbone is initialised from it and
+    the head from zero) or a folder written by ``save`` (backbone + ``value_head.safetensors``).
+    """
+
+    def __init__(self, model_name_or_path: str, cfg: CriticConfig, rank: int = 0, world_size: int = 1,
+                 master_addr: str = "127.0.0.1", master_port: int = 29500, *, tiny: dict | None = None,
+                 cache_dir: str | None = None, num_threads: int | None = None):
+        self.cfg, self.rank, self.world_size = cfg, rank, world_size
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        torch.manual_seed(cfg.seed)
+        self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        if tiny is None and (Path(model_name_or_path) / HEAD_FILE).is_file():
+            model = ValueModel.load(model_name_or_path)
+        else:
+            model = ValueModel.from_causal_lm(build_causal_lm(model_name_or_path, tiny, cache_dir))
+        if cfg.gradient_checkpointing:
+            model.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.module = D.shard_model(model, model.layers, device=self.device, mixed_precision=cfg.mixed_precision)
+        self.module.eval()
+        self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="critic")
+
+    def loss_mask(self, batch: TrainBatch) -> torch.Tensor:
+        """Tokens the value loss covers: the policy mask (model tokens) or, without mask_env_tokens, all real
+        tokens. (B, T)."""
+        return batch.policy_mask if self.cfg.mask_env_tokens else batch.attention_mask
+
+    def _values(self, b: TrainBatch) -> torch.Tensor:
+        with D.compute_autocast(self.device, self.cfg.mixed_precision):
+            return self.module(b.input_ids, b.attention_mask)
+
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
+        """Values (B_local, T) fp32 at every real token (0 on padding), no grad."""
+        size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
+        return forward_in_chunks(batch, size, self.device, self._values)
+
+    def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
+        mask = self.loss_mask(b)
+        values = self._values(b)
+        loss, m = value_loss(values, b.values, b.returns, mask, clip=self.cfg.value_clip, agg=self.cfg.loss_agg,
+                             num_tokens=num_tokens, num_seqs=num_seqs)
+        n = float(mask.bool().sum())
+        vals = torch.where(mask.bool(), values.detach(), 0.0)
+        return MicroResult(loss=loss, token_sums={"critic/vf_clipfrac": m["critic/vf_clipfrac"] * n,
+                                                  "critic/values_mean": float(vals.sum())},
+                           sums={"critic/vf_loss": float(loss.detach())})
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """Value update on this rank's shard (all ranks call); needs ``values`` (old) and ``returns``.
+
+        Metrics (all-reduced): critic/vf_loss, critic/vf_clipfrac, critic/values_mean, critic/grad_norm,
+        critic/lr, critic/skipped_steps.
+        """
+        missing = [n for n in ("values", "returns") if getattr(batch, n) is None]
+        if missing:
+            raise ValueError(f"CriticWorker.update needs batch fields {missing}; compute values and advantages first")
+        return self.trainable.update(batch, self.loss_mask, self._micro_loss)
+
+    def save(self, dir: str) -> None:
+        """Write backbone (transformers folder) + ``value_head.safetensors`` + ``optimizer.pt`` (all ranks call)."""
+        directory = Path(dir)
+        state = D.full_state_dict(self.module)
+        if self.rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            self.module.save(directory, state=state)
+        D.barrier()
+        self.trainable.save_state(directory, self.rank)
+        D.barrier()
+
+    def load(self, dir: str) -> None:
+        """Load weights and optimizer/scheduler state written by ``save``."""
+        directory = Path(dir)
+        D.load_full_state_dict(self.module, ValueModel.load(directory).state_dict())
+        if (directory / "optimizer.pt").is_file():
+            self.trainable.load_state(directory)
+        D.barrier()
+
+    def ping(self) -> int:
+        return self.rank

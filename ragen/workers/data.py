@@ -1,0 +1,110 @@
+"""``TrainBatch``: the per-token tensors a worker consumes, with batch-axis slicing helpers.
+
+All tensors are (B, T) and right-padded (the layout of ``ragen.agent.batch.RolloutBatch``). A plain
+dataclass of CPU tensors, so it pickles cheaply through Ray's object store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+_REQUIRED = ("input_ids", "attention_mask", "response_mask")
+
+
+@dataclass
+class TrainBatch:
+    """Per-token training tensors, each (B, T).
+
+    input_ids (long); attention_mask (1 on real tokens); response_mask (1 on model-generated tokens, 0 on
+    prompt, env observation and padding tokens). Optional, filled in by the driver as phases run:
+    old_log_probs / ref_log_probs (float, 0 off the response), advantages / returns (float, 0 off the
+    response), values (float, the critic's values before the update), loss_mask (which tokens the
+    losses cover; ``None`` means ``response_mask``).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_log_probs: torch.Tensor | None = None
+    ref_log_probs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        shape = tuple(self.input_ids.shape)
+        if len(shape) != 2:
+            raise ValueError(f"TrainBatch.input_ids must be (B, T), got shape {shape}")
+        for f in fields(self):
+            t = getattr(self, f.name)
+            if t is None:
+                if f.name in _REQUIRED:
+                    raise ValueError(f"TrainBatch.{f.name} is required")
+                continue
+            if tuple(t.shape) != shape:
+                raise ValueError(f"TrainBatch.{f.name} has shape {tuple(t.shape)}, expected {shape} like input_ids")
+
+    # ----------------------------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.input_ids.shape[1])
+
+    @property
+    def policy_mask(self) -> torch.Tensor:
+        """The tokens the policy losses cover: ``loss_mask`` if set, else ``response_mask``. (B, T)."""
+        return self.loss_mask if self.loss_mask is not None else self.response_mask
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The non-None fields by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def _map(self, fn) -> TrainBatch:
+        return replace(self, **{k: fn(v) for k, v in self.tensors().items()})
+
+    def select(self, index: torch.Tensor | slice | list[int]) -> TrainBatch:
+        """Rows ``index`` of every tensor (a slice, a list of row indices or a long / bool tensor)."""
+        if isinstance(index, list):
+            index = torch.tensor(index, dtype=torch.long)
+        return self._map(lambda t: t[index])
+
+    def chunk(self, size: int) -> list[TrainBatch]:
+        """Consecutive batches of ``size`` rows (the last one may be smaller)."""
+        if size < 1:
+            raise ValueError(f"chunk size must be >= 1, got {size}")
+        return [self.select(slice(i, i + size)) for i in range(0, self.batch_size, size)]
+
+    def split(self, n: int) -> list[TrainBatch]:
+        """``n`` equal consecutive parts (e.g. one per rank); raises if B is not divisible by ``n``."""
+        if n < 1 or self.batch_size % n:
+            raise ValueError(
+                f"cannot split a batch of {self.batch_size} sequences into {n} equal parts; make the batch size "
+                f"a multiple of {n} (e.g. rollout batch size or rollout_filter_ratio) or change the world size")
+        return self.chunk(self.batch_size // n)
+
+    def with_fields(self, **tensors: torch.Tensor | None) -> TrainBatch:
+        """A copy with some fields replaced (e.g. ``batch.with_fields(old_log_probs=lp)``)."""
+        return replace(self, **tensors)
+
+    def trim(self) -> TrainBatch:
+        """Drop trailing columns that are padding in every row (saves compute on short micro-batches)."""
+        real = self.attention_mask.bool().any(dim=0).nonzero()
+        length = int(real[-1]) + 1 if len(real) else 1
+        return self if length == self.seq_len else self._map(lambda t: t[:, :length])
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        return self._map(lambda t: t.to(device, non_blocking=True))
+
+    @staticmethod
+    def cat(batches: list[TrainBatch]) -> TrainBatch:
+        """Concatenate along the batch axis (all parts must have the same fields and T)."""
+        if not batches:
+            raise ValueError("TrainBatch.cat needs at least one batch")
+        names = batches[0].tensors().keys()
+        return replace(batches[0], **{k: torch.cat([b.tensors()[k] for b in batches]) for k in names})

@@ -1,0 +1,160 @@
+"""Worker groups: one worker per rank, driven as a unit by the trainer.
+
+``WorkerGroup`` places ``world_size`` Ray actors in a placement group (one bundle per rank; STRICT_PACK on
+one node when it fits, else PACK across nodes), so the same code runs on a CPU box, a GPU box or an
+existing cluster (``RAY_ADDRESS``). ``LocalWorkerGroup`` is the in-process, world-size-1 twin with the same
+interface, for tests, debugging and the benchmark.
+
+``call(method, batch, **kw)`` splits a ``TrainBatch`` evenly by rank (rank r gets rows r*B/W .. (r+1)*B/W),
+runs ``method`` on every rank and combines: tensors are concatenated in rank order, metric dicts (float
+values) are averaged over ranks, ``None`` stays ``None``, anything else comes back as a per-rank list.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import torch
+
+from ragen.workers.data import TrainBatch
+
+
+def combine(results: list[Any]) -> Any:
+    """Merge per-rank results (see module docstring)."""
+    first = results[0]
+    if all(r is None for r in results):
+        return None
+    if all(isinstance(r, torch.Tensor) for r in results):
+        return torch.cat(results, dim=0)
+    if all(isinstance(r, dict) for r in results) and all(isinstance(v, (int, float)) for v in first.values()):
+        return {k: sum(float(r[k]) for r in results) / len(results) for k in first}
+    return results
+
+
+def _split(batch: TrainBatch | None, world_size: int) -> list[TrainBatch | None]:
+    if batch is None:
+        return [None] * world_size
+    if batch.batch_size % world_size:
+        raise ValueError(f"batch of {batch.batch_size} sequences cannot be split evenly over {world_size} ranks; "
+                         f"make the train batch size (after rollout filtering) a multiple of {world_size}")
+    return batch.split(world_size)
+
+
+def _call_args(part: TrainBatch | None) -> tuple:
+    return () if part is None else (part,)
+
+
+class LocalWorkerGroup:
+    """In-process group of exactly one worker (world size 1, no Ray, no process group)."""
+
+    def __init__(self, worker_cls: type, world_size: int = 1, **init_kwargs: Any):
+        if world_size != 1:
+            raise ValueError(f"LocalWorkerGroup runs world_size=1 only (got {world_size}); use WorkerGroup")
+        init_kwargs.pop("resources_per_worker", None)
+        init_kwargs.pop("placement_group", None)
+        self.world_size = 1
+        self.worker = worker_cls(rank=0, world_size=1, **init_kwargs)
+
+    def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
+        """Run ``method(batch, **kw)`` (or ``method(**kw)`` without a batch) on the worker."""
+        return combine([getattr(self.worker, method)(*_call_args(batch), **kw)])
+
+    def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
+        return getattr(self.worker, method)(*args, **kw)
+
+    def shutdown(self) -> None:
+        self.worker = None
+
+
+def _free_port() -> tuple[str, int]:
+    """(this node's IP, a currently free TCP port)."""
+    import ray
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+
+class WorkerGroup:
+    """``world_size`` Ray actors of ``worker_cls`` (constructed as ``worker_cls(rank=r, world_size=W,
+    master_addr=..., master_port=..., **init_kwargs)``), one placement-group bundle each.
+
+    ``resources_per_worker``: Ray resources of one rank, e.g. ``{"CPU": 1}`` (default) or ``{"GPU": 1, "CPU": 4}``.
+    ``placement_group``: an existing Ray placement group with >= world_size bundles (e.g. to co-locate the actor
+    and critic groups); by default the group creates and owns one. Ray must already be initialised
+    (``ray.init(...)``) by the driver.
+    """
+
+    def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
+                 placement_group: Any = None, ready_timeout_s: float = 600.0, **init_kwargs: Any):
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} must be >= 1")
+        if not ray.is_initialized():
+            raise RuntimeError("WorkerGroup needs Ray: call ray.init() (or set RAY_ADDRESS) before creating it")
+        self.world_size = world_size
+        res = dict(resources_per_worker or {"CPU": 1})
+        self._owns_pg = placement_group is None
+        self.placement_group = placement_group or self._make_placement_group(res, world_size)
+
+        def strategy(i: int) -> PlacementGroupSchedulingStrategy:
+            return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i)
+
+        addr, port = ray.get(ray.remote(num_cpus=0)(_free_port).options(scheduling_strategy=strategy(0)).remote())
+        extra = {k: v for k, v in res.items() if k not in ("CPU", "GPU")}
+        remote_cls = ray.remote(worker_cls)
+        self.workers = [
+            remote_cls.options(num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0), resources=extra or None,
+                               scheduling_strategy=strategy(r)).remote(
+                rank=r, world_size=world_size, master_addr=addr, master_port=port, **init_kwargs)
+            for r in range(world_size)
+        ]
+        ray.get([w.ping.remote() for w in self.workers], timeout=ready_timeout_s)
+
+    @staticmethod
+    def _make_placement_group(res: dict, world_size: int):
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+
+        bundles = [dict(res) for _ in range(world_size)]
+        pg = placement_group(bundles, strategy="STRICT_PACK")
+        if pg.wait(timeout_seconds=10):
+            return pg
+        remove_placement_group(pg)
+        pg = placement_group(bundles, strategy="PACK")
+        if not pg.wait(timeout_seconds=300):
+            remove_placement_group(pg)
+            raise RuntimeError(f"Ray could not reserve {world_size} bundles of {res} (cluster resources: "
+                               f"{ray.cluster_resources()}); lower the world size or the resources per worker")
+        return pg
+
+    def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
+        """Run ``method`` on every rank (rank r gets the r-th equal slice of ``batch``) and combine the results."""
+        import ray
+
+        parts = _split(batch, self.world_size)
+        refs = [getattr(w, method).remote(*_call_args(p), **kw) for w, p in zip(self.workers, parts, strict=True)]
+        return combine(ray.get(refs))
+
+    def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
+        """Run ``method`` on every rank (collectives such as ``full_state_dict`` need all ranks) and return
+        rank 0's result."""
+        import ray
+
+        refs = [getattr(w, method).remote(*args, **kw) for w in self.workers]
+        return ray.get(refs)[0]
+
+    def shutdown(self) -> None:
+        """Kill the actors and release the placement group this group created."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for w in self.workers:
+            ray.kill(w)
+        self.workers = []
+        if self._owns_pg and self.placement_group is not None:
+            remove_placement_group(self.placement_group)
+            self.placement_group = None

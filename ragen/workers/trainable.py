@@ -1,0 +1,166 @@
+"""The PPO update machinery shared by the policy and critic workers (composition, not a base class).
+
+``Trainable`` owns a (possibly FSDP2-sharded) module, its AdamW optimizer and lr schedule, and runs
+``update``: for each of ``ppo_epochs`` passes, for each mini-batch (``mini_batch_size`` sequences globally,
+``mini_batch_size / world_size`` on this rank), gradients of the micro-batches (``micro_batch_size`` rows
+each, trailing padding trimmed) accumulate, then the global grad norm is clipped and one optimizer + lr
+step runs. Losses are normalised by token / sequence counts all-reduced over the whole mini-batch, so the
+summed micro-batch losses are the mini-batch loss whatever the micro-batch split or world size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ragen.workers import dist as D
+from ragen.workers.data import TrainBatch
+
+OPTIM_FILE = "optimizer.pt"
+
+
+def lr_multiplier(step: int, *, warmup_steps: int, schedule: str, total_steps: int | None,
+                  min_lr_ratio: float) -> float:
+    """lr / base lr at optimizer step ``step`` (0-based): linear warmup, then constant or cosine decay.
+
+    Warmup: (step + 1) / warmup_steps for step < warmup_steps. Cosine: min_lr_ratio + (1 - min_lr_ratio) *
+    0.5 * (1 + cos(pi * p)), p = (step - warmup) / (total - warmup) clipped to [0, 1].
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    span = max(1, (total_steps or 1) - warmup_steps)
+    p = min(1.0, max(0.0, (step - warmup_steps) / span))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+@dataclass
+class MicroResult:
+    """What a micro-batch loss function returns: the loss to backprop (its share of the mini-batch loss) and
+    token-weighted metric sums (``sum over this micro-batch's masked tokens of the per-token metric``) plus
+    plain sums (e.g. the loss share itself), all divided later by the global totals."""
+
+    loss: torch.Tensor
+    token_sums: dict[str, float]
+    sums: dict[str, float]
+
+
+MicroLossFn = Callable[[TrainBatch, float, float], MicroResult]
+"""(micro_batch, mini-batch token count, mini-batch sequence count) -> MicroResult."""
+
+
+class Trainable:
+    """A module with AdamW + lr schedule and the mini/micro-batch update loop (see module docstring)."""
+
+    def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str):
+        self.module, self.cfg, self.device, self.world_size, self.prefix = module, cfg, device, world_size, prefix
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                           weight_decay=cfg.weight_decay, foreach=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
+        self.steps = 0
+
+    def _lr_lambda(self, step: int) -> float:
+        c = self.cfg
+        return lr_multiplier(step, warmup_steps=c.warmup_steps, schedule=c.lr_schedule, total_steps=c.total_steps,
+                             min_lr_ratio=c.min_lr_ratio)
+
+    def local_mini_batch_size(self, local_batch: int) -> int:
+        """Rows per mini-batch on this rank; raises with the fix when the sizes do not divide."""
+        mb, ws, p = self.cfg.mini_batch_size, self.world_size, self.prefix
+        if mb % ws:
+            raise ValueError(f"{p}.mini_batch_size={mb} must be divisible by the world size {ws}")
+        local = mb // ws
+        if local_batch % local:
+            raise ValueError(f"{p}: the batch ({local_batch * ws} sequences over {ws} ranks) is not divisible by "
+                             f"{p}.mini_batch_size={mb}; make the train batch size a multiple of it")
+        return local
+
+    def update(self, batch: TrainBatch, mask_fn: Callable[[TrainBatch], torch.Tensor],
+               micro_loss: MicroLossFn) -> dict[str, float]:
+        """Run the PPO update; ``mask_fn`` gives the loss mask of a batch (for the global counts).
+
+        Returns metrics averaged over optimizer steps (identical on every rank): ``<prefix>/grad_norm``,
+        ``<prefix>/lr``, every ``sums`` key averaged over mini-batches and every ``token_sums`` key divided by
+        the mini-batch token counts.
+        """
+        self.module.train()
+        local_mb = self.local_mini_batch_size(batch.batch_size)
+        token_acc: dict[str, float] = {}
+        sum_acc: dict[str, float] = {}
+        total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, self.scheduler.get_last_lr()[0]
+        for _ in range(self.cfg.ppo_epochs):
+            for mini in batch.chunk(local_mb):
+                mask = mask_fn(mini)
+                n_tok, n_seq = D.all_reduce_sum([float(mask.sum()), float(mask.bool().any(-1).sum())], self.device)
+                total_tokens += n_tok
+                for micro in mini.chunk(self.cfg.micro_batch_size):
+                    res = micro_loss(micro.trim().to(self.device), max(n_tok, 1.0), max(n_seq, 1.0))
+                    # FSDP2 averages gradients over ranks; the loss is already normalised globally -> sum.
+                    (res.loss * self.world_size).backward()
+                    for k, v in res.token_sums.items():
+                        token_acc[k] = token_acc.get(k, 0.0) + v
+                    for k, v in res.sums.items():
+                        sum_acc[k] = sum_acc.get(k, 0.0) + v
+                lr = self.scheduler.get_last_lr()[0]
+                grad_norms.append(self._step())
+                n_mini += 1
+        keys_t, keys_s = sorted(token_acc), sorted(sum_acc)
+        reduced = D.all_reduce_sum([token_acc[k] for k in keys_t] + [sum_acc[k] for k in keys_s], self.device)
+        metrics = {k: v / max(total_tokens, 1.0) for k, v in zip(keys_t, reduced[:len(keys_t)], strict=True)}
+        metrics.update({k: v / max(n_mini, 1) for k, v in zip(keys_s, reduced[len(keys_t):], strict=True)})
+        finite = [g for g in grad_norms if math.isfinite(g)]
+        metrics[f"{self.prefix}/grad_norm"] = sum(finite) / max(len(finite), 1)
+        metrics[f"{self.prefix}/skipped_steps"] = float(len(grad_norms) - len(finite))
+        metrics[f"{self.prefix}/lr"] = float(lr)
+        self.module.eval()
+        return metrics
+
+    def _step(self) -> float:
+        """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""
+        norm = D.clip_grad_norm(self.params, self.cfg.grad_clip)
+        if math.isfinite(norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.steps += 1
+        return norm
+
+    # ----------------------------------------------------------------------------------------------
+    def save_state(self, directory: Path, rank: int) -> None:
+        """Write optimizer (full, unsharded) + scheduler + step counter to ``directory/optimizer.pt`` (rank 0)."""
+        optim = D.optimizer_full_state(self.module, self.optimizer)
+        if rank == 0:
+            state = {"optimizer": optim, "scheduler": self.scheduler.state_dict(), "steps": self.steps}
+            torch.save(state, directory / OPTIM_FILE)
+
+    def load_state(self, directory: Path) -> None:
+        """Inverse of ``save_state`` (any world size; every rank reads the file)."""
+        path = directory / OPTIM_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing; expected a checkpoint written by the worker's save()")
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        D.load_optimizer_full_state(self.module, self.optimizer, state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])
+
+
+def forward_in_chunks(batch: TrainBatch, size: int, device: torch.device,
+                      fn: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
+    """Apply ``fn`` (micro-batch -> (b, t) float tensor) to chunks of ``size`` rows with trailing padding
+    trimmed, under no_grad, and reassemble a (B, T) CPU tensor (zeros in the trimmed columns)."""
+    out = torch.zeros(batch.batch_size, batch.seq_len, dtype=torch.float32)
+    row = 0
+    with torch.no_grad():
+        for part in batch.chunk(size):
+            small = part.trim()
+            res = fn(small.to(device)).float().cpu()
+            out[row:row + part.batch_size, :small.seq_len] = res
+            row += part.batch_size
+    return out

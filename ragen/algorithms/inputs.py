@@ -55,10 +55,11 @@ class AdvantageInputs:
     @property
     def num_turns(self) -> Tensor:
         """(B,) long: number of turns of each row (max turn id + 1, 0 for a row without model tokens)."""
-        return self.turn_ids.max(dim=1).values.clamp(min=-1) + 1
+        return self.turn_ids.amax(dim=1).clamp(min=-1) + 1
 
     def validate(self, needs: tuple[str, ...] = ()) -> None:
-        """Check shapes, dtypes and the turn-id contract; ``needs`` names optional fields that must be set.
+        """Check shapes, dtypes and the turn-id contract; ``needs`` names optional fields that must be set (and,
+        for ``step_rewards`` / ``turn_obs_keys``, be long enough for every row's turns).
 
         Raises ValueError naming the bad field and what it should be.
         """
@@ -69,7 +70,7 @@ class AdvantageInputs:
                     f"AdvantageInputs.{name} is None but this estimator needs it; "
                     f"set it (see AdvantageInputs docstring) or choose another estimator"
                 )
-        _check_row_tensors(self)
+        _check_row_tensors(self, needs)
         _check_turn_contract(self.turn_ids, self.response_mask)
 
     def bootstrap_values(self) -> Tensor:
@@ -87,14 +88,17 @@ def bootstrap_values(
     """
     B, T = response_mask.shape
     dtype = torch.float32 if values is None else torch.promote_types(values.dtype, torch.float32)
-    if values is None or truncated is None:
-        return torch.zeros(B, dtype=dtype, device=response_mask.device)
-    real = (attention_mask if attention_mask is not None else response_mask) > 0
-    pos = torch.arange(T, device=real.device).expand(B, T)
-    last = torch.where(real, pos, -1).amax(dim=1)
-    boot = values.gather(1, last.clamp(min=0)[:, None])[:, 0].to(dtype)
-    keep = truncated.bool() & (last >= 0)
-    return torch.where(keep, boot, torch.zeros_like(boot))
+    out = torch.zeros(B, dtype=dtype, device=response_mask.device)
+    if values is None or truncated is None or T == 0:
+        return out
+    rows = truncated.bool().nonzero()[:, 0]  # only truncated rows bootstrap: look at those rows only
+    if rows.numel():
+        real = (attention_mask if attention_mask is not None else response_mask).index_select(0, rows) > 0
+        positions = torch.arange(T, device=real.device, dtype=torch.int32)
+        last = torch.where(real, positions, -1).amax(dim=1).long()
+        boot = values[rows].gather(1, last.clamp(min=0)[:, None])[:, 0].to(dtype)
+        out[rows] = torch.where(last >= 0, boot, torch.zeros_like(boot))
+    return out
 
 
 def _check_token_tensors(inp: AdvantageInputs) -> None:
@@ -109,31 +113,40 @@ def _check_token_tensors(inp: AdvantageInputs) -> None:
         raise ValueError(f"turn_ids must be an integer tensor (k on turn k, -1 elsewhere), got {inp.turn_ids.dtype}")
 
 
-def _check_row_tensors(inp: AdvantageInputs) -> None:
+def _check_row_tensors(inp: AdvantageInputs, needs: tuple[str, ...]) -> None:
+    """Shapes of the per-trajectory fields; per-turn fields are checked against the turn count (a (B, T)
+    reduction) only when the estimator ``needs`` them: an estimator that ignores them cannot misuse them."""
     B = inp.batch_size
     for name in ("group_ids", "truncated", "outcome_rewards"):
         t = getattr(inp, name)
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != (B,)):
             raise ValueError(f"{name} must be a ({B},) tensor (one entry per trajectory), got {_desc(t)}")
-    k_needed = int(inp.num_turns.max()) if B else 0
-    if inp.step_rewards is not None:
+    check_steps = inp.step_rewards is not None and "step_rewards" in needs
+    check_keys = inp.turn_obs_keys is not None and "turn_obs_keys" in needs
+    if not (check_steps or check_keys):
+        return
+    num_turns = inp.num_turns
+    k_needed = int(num_turns.max()) if B else 0
+    if check_steps:
         s = inp.step_rewards
         if not isinstance(s, Tensor) or s.dim() != 2 or s.shape[0] != B or s.shape[1] < k_needed:
             raise ValueError(
                 f"step_rewards must be a ({B}, K) tensor with K >= the number of turns ({k_needed}), got {_desc(s)}"
             )
-    if inp.turn_obs_keys is not None:
+    if check_keys:
         keys = inp.turn_obs_keys
         if len(keys) != B:
             raise ValueError(f"turn_obs_keys must have one list per trajectory ({B}), got {len(keys)}")
-        n = inp.num_turns.tolist()
+        n = num_turns.tolist()
         for b, row in enumerate(keys):
             if len(row) < n[b]:
                 raise ValueError(f"turn_obs_keys[{b}] has {len(row)} keys but row {b} has {n[b]} turns")
 
 
 def _check_turn_contract(turn_ids: Tensor, response_mask: Tensor) -> None:
-    model = response_mask > 0
+    model = response_mask if response_mask.dtype == torch.bool else response_mask > 0
+    if _same_bools(model, turn_ids >= 0):  # details only on failure
+        return
     bad = model != (turn_ids >= 0)
     if bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0])
@@ -142,6 +155,15 @@ def _check_turn_contract(turn_ids: Tensor, response_mask: Tensor) -> None:
             f"response_mask={int(response_mask[b, t])}): turn_ids must be >= 0 exactly on model tokens, -1 elsewhere"
         )
     # Turn order and contiguity are checked where turns are used (ragen.algorithms.scan.turn_view).
+
+
+def _same_bools(a: Tensor, b: Tensor) -> bool:
+    """torch.equal for two bool tensors, compared 8 bytes at a time when the sizes allow (several times faster)."""
+    a, b = a.contiguous().view(-1), b.contiguous().view(-1)
+    if a.numel() % 8 == 0 and a.numel() == b.numel() and a.storage_offset() % 8 == 0 == b.storage_offset() % 8:
+        return torch.equal(a.view(torch.int64), b.view(torch.int64))
+    return torch.equal(a, b)
+
 
 def _desc(x: object) -> str:
     if isinstance(x, Tensor):

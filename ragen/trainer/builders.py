@@ -1,0 +1,142 @@
+"""Build what the driver drives from the frozen config: model folder, Ray, worker groups, engine, agent proxies."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ragen.trainer.config import TrainConfig
+from ragen.trainer.derived import device, needs_critic, needs_ref, world_size
+
+# Share of one GPU each role's ranks request, so actor / critic / reference ranks colocate on the same GPUs.
+GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
+
+
+def prepare_model(cfg: TrainConfig) -> tuple[str, Any]:
+    """A local model folder (config + safetensors + tokenizer) for the policy, and its tokenizer.
+
+    Aliases and hub ids are resolved (and converted once) by ``ragen.models``; ``model.tiny=true`` builds
+    the tiny random model once and caches it under ``<cache>/tiny-h<hidden>-l<layers>-a<heads>-s<seed>``, so
+    every worker and the engine load identical weights from one folder.
+    """
+    from ragen.models import load_tokenizer, resolve_model_path, tiny_model
+    from ragen.models.loader import default_cache_dir
+
+    m = cfg.model
+    if not m.tiny:
+        path = resolve_model_path(m.path, m.cache_dir)
+        return path, load_tokenizer(m.tokenizer_path or path, cache_dir=m.cache_dir)
+    tokenizer = load_tokenizer(m.tokenizer_path or m.path, cache_dir=m.cache_dir)
+    cache = Path(m.cache_dir).expanduser() if m.cache_dir else default_cache_dir()
+    folder = cache / f"tiny-h{m.tiny_hidden_size}-l{m.tiny_num_layers}-a{m.tiny_num_heads}-s{m.tiny_seed}"
+    if not (folder / "config.json").is_file():
+        model = tiny_model(hidden_size=m.tiny_hidden_size, num_layers=m.tiny_num_layers,
+                           num_heads=m.tiny_num_heads, seed=m.tiny_seed, tokenizer=tokenizer)
+        tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process finished first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(folder), tokenizer
+
+
+def start_ray(cfg: TrainConfig) -> None:
+    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray with enough logical CPUs for every rank."""
+    if not cfg.trainer.use_ray:
+        return
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    if cfg.trainer.num_threads:
+        env_vars["OMP_NUM_THREADS"] = str(cfg.trainer.num_threads)
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env_vars})
+        return
+    ranks = sum(world_size(cfg, r) for r in ("actor", "critic", "ref"))
+    cpus = max(os.cpu_count() or 1, int(ranks * cfg.trainer.cpus_per_worker + 1))
+    ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env_vars},
+             logging_level="WARNING", log_to_driver=True)
+
+
+def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kwargs: Any) -> Any:
+    """The worker group of ``role`` (actor / critic / ref): Ray placement group ranks, or in-process.
+
+    ``init_kwargs`` go to the worker's constructor (e.g. ``model_name_or_path``, ``cfg``).
+    """
+    from ragen.workers import LocalWorkerGroup, WorkerGroup
+
+    ws = world_size(train_cfg, role)
+    if not train_cfg.trainer.use_ray:
+        return LocalWorkerGroup(worker_cls, **init_kwargs)
+    resources: dict[str, float] = {"CPU": train_cfg.trainer.cpus_per_worker}
+    if device(train_cfg) == "cuda":
+        resources["GPU"] = GPU_SHARE[role]
+    return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, **init_kwargs)
+
+
+def build_workers(cfg: TrainConfig, model_path: str) -> dict[str, Any]:
+    """``{"actor": group, "critic": group | None, "ref": group | None}``."""
+    from ragen.workers import CriticWorker, PolicyWorker
+
+    threads = worker_threads(cfg)
+    groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", model_name_or_path=model_path,
+                                                  cfg=cfg.actor, role="actor", num_threads=threads)}
+    groups["ref"] = None
+    if needs_ref(cfg):
+        groups["ref"] = make_group(cfg, PolicyWorker, "ref", model_name_or_path=model_path, cfg=cfg.actor,
+                                   role="ref", num_threads=threads)
+    groups["critic"] = None
+    if needs_critic(cfg):
+        groups["critic"] = make_group(cfg, CriticWorker, "critic",
+                                      model_name_or_path=cfg.critic.model_path or model_path,
+                                      cfg=cfg.critic.worker_config(), num_threads=threads)
+    return groups
+
+
+def worker_threads(cfg: TrainConfig) -> int | None:
+    """Torch threads per CPU rank: ``trainer.num_threads``, else all cores of the machine divided by the ranks of
+    one role (the phases run one role at a time, and Ray would otherwise pin each actor to 1 thread)."""
+    if cfg.trainer.num_threads:
+        return cfg.trainer.num_threads
+    if device(cfg) == "cuda":
+        return None
+    ranks = max(world_size(cfg, r) for r in ("actor", "critic", "ref"))
+    return max(1, (os.cpu_count() or 1) // ranks)
+
+
+def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any) -> Any:
+    """The rollout engine (``rollout.engine``) over the policy's initial weights."""
+    from ragen.rollout import make_engine
+
+    return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg),
+                       dtype=cfg.rollout.dtype)
+
+
+def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, Any]:
+    """(train proxy, validation proxy). They share the engine; validation may sample at its own temperature."""
+    import dataclasses
+
+    from ragen.agent import AgentProxy, EnvGroupSpec
+
+    env = cfg.env
+    train = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.n_groups, cfg.rollout.group_size,
+                          env.max_turn, env.max_actions_per_turn)]
+    val = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.val_n_groups, cfg.rollout.val_group_size,
+                        env.max_turn, env.max_actions_per_turn)]
+    agent = cfg.agent_config()
+    train_proxy = AgentProxy(engine, tokenizer, agent, train, val, seed=cfg.trainer.seed,
+                             val_seed=cfg.rollout.val_seed)
+    val_agent = agent
+    if cfg.rollout.val_temperature is not None:
+        val_agent = dataclasses.replace(agent, temperature=cfg.rollout.val_temperature)
+    val_proxy = AgentProxy(engine, tokenizer, val_agent, val, val, seed=cfg.rollout.val_seed,
+                           val_seed=cfg.rollout.val_seed)
+    return train_proxy, val_proxy

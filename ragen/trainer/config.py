@@ -1,0 +1,268 @@
+"""Typed, frozen schema of the trainer's Hydra config (``config/base.yaml`` mirrors it key for key).
+
+Sections: ``model``, ``actor`` (= ``ragen.workers.ActorConfig``), ``critic`` (``CriticConfig`` + enable /
+model_path), ``ref``, ``rollout``, ``agent`` (``AgentConfig`` minus the env-owned ``max_turn`` /
+``max_actions_per_turn``), ``env``, ``algorithm`` and ``trainer``. The composed OmegaConf tree is turned
+into these dataclasses once (:func:`build_config`); nothing mutates the config at run time, derived
+values (world sizes, worker configs) are computed by functions from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ragen.agent.config import AgentConfig
+from ragen.workers.config import ActorConfig, CriticConfig
+
+
+class ConfigError(ValueError):
+    """One or more config problems; the message lists each with its key and the fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid config:\n  - " + "\n  - ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """Which weights to train.
+
+    ``path``: an alias (``smollm2-135m-instruct``, the packaged default), a hub id or a local folder.
+    ``tiny=true`` builds a small random model of the same family instead (tests); its tokenizer comes from
+    ``tokenizer_path`` or ``path``. ``cache_dir``: where converted / generated weights are cached.
+    """
+
+    path: str = "smollm2-135m-instruct"
+    tokenizer_path: str | None = None
+    tiny: bool = False
+    tiny_hidden_size: int = 64
+    tiny_num_layers: int = 2
+    tiny_num_heads: int = 4
+    tiny_seed: int = 0
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class CriticSection(CriticConfig):
+    """``CriticConfig`` plus: ``enable`` (null = on exactly when the estimator needs values) and
+    ``model_path`` (null = initialise the value model from the policy's base model)."""
+
+    enable: bool | None = None
+    model_path: str | None = None
+
+    def worker_config(self, **overrides: Any) -> CriticConfig:
+        """The worker's ``CriticConfig`` (this section without the trainer-only keys)."""
+        kw = {f.name: getattr(self, f.name) for f in fields(CriticConfig)}
+        kw.update(overrides)
+        return CriticConfig(**kw)
+
+
+@dataclass(frozen=True)
+class RefSection:
+    """Frozen reference policy: ``enable`` null = on exactly when a KL term is used (loss or reward)."""
+
+    enable: bool | None = None
+
+
+@dataclass(frozen=True)
+class RolloutSection:
+    """Rollout engine and batch shape.
+
+    One training batch = ``n_groups`` groups of ``group_size`` envs (the envs of a group share a seed);
+    validation = ``val_n_groups`` x ``val_group_size`` on the fixed seeds ``val_seed + g``.
+    ``engine``: ``hf`` (CPU/GPU) or ``vllm`` (GPU). ``dtype``: the engine's weight dtype.
+    """
+
+    engine: str = "hf"
+    n_groups: int = 4
+    group_size: int = 4
+    val_n_groups: int = 16
+    val_group_size: int = 1
+    val_seed: int = 100000
+    dtype: str = "bfloat16"
+    val_temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class AgentSection:
+    """Mirrors ``ragen.agent.AgentConfig`` except ``max_turn`` / ``max_actions_per_turn`` (set by ``env``)."""
+
+    action_sep: str = "||"
+    max_context_window: int | None = None
+    max_model_len: int = 2048
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    format_penalty: float = -0.1
+    think: bool = True
+    think_tag: str = "think"
+    answer_tag: str = "answer"
+    layout: str = "trajectory"
+    system_prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class EnvSection:
+    """One env group per batch: ``ragen.env.make(name, **config)``, episodes of at most ``max_turn`` turns."""
+
+    name: str = "bandit"
+    max_turn: int = 1
+    max_actions_per_turn: int = 1
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlgorithmSection:
+    """Advantage estimator (``ragen.algorithms.compute_advantage``) and reward shaping.
+
+    The scalars are passed to ``compute_advantage`` as is. ``kl_in_reward`` subtracts
+    ``kl_coef * KL_kind(pi_old || pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``).
+    ``rollout_filter_ratio`` keeps that fraction of groups, those with the highest in-group reward std
+    (RAGEN's rollout filtering; 1.0 keeps all).
+    """
+
+    estimator: str = "gae"
+    gamma: float = 1.0
+    lam: float = 1.0
+    high_level_gamma: float = 0.95
+    high_level_lam: float = 1.0
+    turn_level_weight: float = 0.5
+    skip_env_tokens: bool = True
+    return_mode: str = "adv_plus_value"
+    whiten: bool = True
+    norm_by_std: bool = True
+    step_advantage_coef: float = 1.0
+    discount_factor: float = 1.0
+    step_advantage_weight: float = 1.0
+    eps: float = 1e-6
+    kl_in_reward: bool = False
+    kl_coef: float = 0.001
+    kl_kind: str = "k1"
+    rollout_filter_ratio: float = 1.0
+
+    def advantage_kwargs(self) -> dict[str, Any]:
+        """The keyword scalars of ``compute_advantage``."""
+        names = ("gamma", "lam", "high_level_gamma", "high_level_lam", "turn_level_weight", "skip_env_tokens",
+                 "return_mode", "whiten", "norm_by_std", "step_advantage_coef", "discount_factor",
+                 "step_advantage_weight", "eps")
+        return {n: getattr(self, n) for n in names}
+
+
+@dataclass(frozen=True)
+class TrainerSection:
+    """Loop, resources, checkpoints and logging.
+
+    ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
+    validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none`` or
+    a checkpoint path. World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
+    ``critic_warmup``: the first N steps update only the critic. ``use_ray=false`` runs the workers
+    in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    """
+
+    total_steps: int = 20
+    save_freq: int = 10
+    val_freq: int = 5
+    val_before_train: bool = True
+    val_only: bool = False
+    resume: str = "auto"
+    output_dir: str = "runs/${trainer.experiment_name}"
+    keep_last_ckpt: int | None = 2
+    device: str = "auto"
+    n_gpus_per_node: int = 0
+    nnodes: int = 1
+    use_ray: bool = True
+    actor_world_size: int | None = None
+    critic_world_size: int | None = None
+    ref_world_size: int | None = None
+    cpus_per_worker: float = 1.0
+    num_threads: int | None = None
+    critic_warmup: int = 0
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "wandb"])
+    project_name: str = "ragen"
+    experiment_name: str = "${env.name}_${algorithm.estimator}"
+    seed: int = 42
+    deterministic: bool = False
+    progress_bar: bool = True
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The whole, resolved trainer config."""
+
+    model: ModelSection = field(default_factory=ModelSection)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: CriticSection = field(default_factory=CriticSection)
+    ref: RefSection = field(default_factory=RefSection)
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    agent: AgentSection = field(default_factory=AgentSection)
+    env: EnvSection = field(default_factory=EnvSection)
+    algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def agent_config(self) -> AgentConfig:
+        """The proxy's ``AgentConfig`` (agent section + the env's turn limits)."""
+        return AgentConfig(max_turn=self.env.max_turn, max_actions_per_turn=self.env.max_actions_per_turn,
+                           **dataclasses.asdict(self.agent))
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelSection, "actor": ActorConfig, "critic": CriticSection, "ref": RefSection,
+    "rollout": RolloutSection, "agent": AgentSection, "env": EnvSection, "algorithm": AlgorithmSection,
+    "trainer": TrainerSection,
+}
+
+
+def default_section_values(name: str) -> dict[str, Any]:
+    """The dataclass defaults of section ``name`` as plain Python values (tuples as lists, like YAML)."""
+    out = {}
+    for f in fields(SECTIONS[name]):
+        if f.default is not dataclasses.MISSING:
+            value = f.default
+        else:
+            value = f.default_factory()  # type: ignore[misc]
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def build_config(raw: dict[str, Any]) -> TrainConfig:
+    """Build the frozen :class:`TrainConfig` from a resolved plain dict (e.g. ``OmegaConf.to_container``).
+
+    Unknown sections or keys and values a section rejects are collected and raised together as one
+    :class:`ConfigError` naming each key.
+    """
+    problems: list[str] = []
+    built: dict[str, Any] = {}
+    for name in raw:
+        if name not in SECTIONS and name != "hydra":
+            problems.append(f"unknown config section {name!r}; valid sections: {', '.join(SECTIONS)}")
+    for name, cls in SECTIONS.items():
+        values = dict(raw.get(name) or {})
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - valid)
+        if unknown:
+            problems.append(f"unknown key(s) {[f'{name}.{k}' for k in unknown]}; valid keys of {name}: "
+                            f"{', '.join(sorted(valid))}")
+            values = {k: v for k, v in values.items() if k in valid}
+        try:
+            built[name] = cls(**_coerce(cls, values))
+        except (TypeError, ValueError) as exc:
+            problems.append(f"{name}: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    return TrainConfig(**built)
+
+
+def _coerce(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """YAML writes ``0`` for a float field: turn ints into floats where the field is annotated ``float``."""
+    types = {f.name: str(f.type) for f in fields(cls)}
+    out = dict(values)
+    for key, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and types[key].startswith("float"):
+            out[key] = float(value)
+    return out

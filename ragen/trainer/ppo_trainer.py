@@ -1,0 +1,245 @@
+"""The PPO-family driver: one readable loop of named, timed phases (DESIGN.md, "Workers and the trainer").
+
+Per step::
+
+    rollout (agent proxy over the engine) -> rollout filtering -> old / ref log-probs -> values
+    -> advantages (ragen.algorithms) -> critic update -> actor update -> weight sync to the engine
+    -> metrics, validation, checkpoint
+
+Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
+metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
+trainer state, saved with every checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ragen.trainer import builders, phases, turn_layout
+from ragen.trainer.config import TrainConfig
+from ragen.trainer.derived import world_size
+from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
+from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from ragen.utils.timing import timed
+from ragen.utils.tracking import Tracker
+
+
+class PPOTrainer:
+    """Trains (``fit``) or evaluates (``evaluate``) the policy described by a frozen :class:`TrainConfig`."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.trainer.output_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self.workers: dict[str, Any] = {}
+        self._rng_after_step: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ set-up / tear-down
+    def setup(self, *, with_workers: bool = True) -> None:
+        """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        seed_everything(cfg.trainer.seed)
+        if cfg.trainer.num_threads:
+            torch.set_num_threads(cfg.trainer.num_threads)
+        if cfg.trainer.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        self.model_path, self.tokenizer = builders.prepare_model(cfg)
+        if with_workers:
+            builders.start_ray(cfg)
+            self.workers = builders.build_workers(cfg, self.model_path)
+        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
+        self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
+        self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
+        if self.resumed_from is not None:
+            self.load_checkpoint(self.resumed_from, with_workers=with_workers)
+        self.history = trim_metrics(self.run_dir / "metrics.jsonl", self.step)
+        self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
+                               experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
+
+    def shutdown(self) -> None:
+        for group in self.workers.values():
+            if group is not None:
+                group.shutdown()
+        self.workers = {}
+        if getattr(self, "tracker", None) is not None:
+            self.tracker.finish()
+            self.tracker = None
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        """Train until ``trainer.total_steps``; returns the last step's metrics (with the final validation)."""
+        tr = self.cfg.trainer
+        last: dict[str, float] = {}
+        if tr.val_before_train and self.step == 0:
+            last = self.validate()
+            self._log(last, 0)
+        if self.step >= tr.total_steps:
+            tqdm.write(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
+                       f"{tr.total_steps}; nothing to train (trainer.resume=none or a new trainer.output_dir "
+                       "starts afresh)")
+        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step",
+                   disable=not tr.progress_bar, dynamic_ncols=True)
+        while self.step < tr.total_steps:
+            metrics = self.train_step()
+            self.step += 1
+            self._rng_after_step = get_rng_state()
+            final = self.step == tr.total_steps
+            if final or (tr.val_freq > 0 and self.step % tr.val_freq == 0):
+                metrics.update(self.validate())
+            self._log(metrics, self.step)
+            if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
+                self.save_checkpoint()
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            last = metrics
+        bar.close()
+        self.plot()
+        return last
+
+    def train_step(self) -> dict[str, float]:
+        """One PPO step; returns its metrics (rollout, actor/*, critic/*, timing/*, perf/*)."""
+        cfg, t = self.cfg, {}
+        actor, critic, ref = self.workers["actor"], self.workers.get("critic"), self.workers.get("ref")
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        with timed("rollout", t):
+            batch = self.proxy.rollout("train")
+        metrics.update(batch.metrics)
+        metrics.update(self._seed_metrics(batch))
+        with timed("filter", t):
+            batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
+        metrics.update(filter_metrics)
+        tb = phases.to_train_batch(batch)
+        n_real = tb.batch_size
+        if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
+            tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
+        with timed("old_log_probs", t):
+            old_lp = actor.call("compute_log_probs", tb)
+        ref_lp = None
+        if ref is not None:
+            with timed("ref_log_probs", t):
+                ref_lp = ref.call("compute_log_probs", tb)
+        values = None
+        if critic is not None:
+            with timed("values", t):
+                values = critic.call("compute_values", tb)
+        with timed("advantages", t):
+            rewards = batch.token_rewards.float()
+            if cfg.algorithm.kl_in_reward:
+                from ragen.algorithms.losses import kl_reward_penalty
+
+                rewards, kl_metrics = kl_reward_penalty(rewards, old_lp[:n_real], ref_lp[:n_real],
+                                                        batch.response_mask, coef=cfg.algorithm.kl_coef,
+                                                        kind=cfg.algorithm.kl_kind)
+                metrics.update(kl_metrics)
+            estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
+            real_values = None if values is None else values[:n_real]
+            adv, ret = estimate(cfg.algorithm.estimator, batch, rewards, real_values,
+                                **cfg.algorithm.advantage_kwargs())
+        pad = (0, 0, 0, tb.batch_size - n_real)
+        tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
+                            returns=F.pad(ret, pad), values=values)
+        if critic is not None:
+            with timed("critic_update", t):
+                metrics.update(critic.call("update", tb))
+        if self.step >= cfg.trainer.critic_warmup:
+            with timed("actor_update", t):
+                metrics.update(actor.call("update", tb))
+            with timed("weight_sync", t):
+                self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        step_s = time.perf_counter() - start
+        metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
+        metrics.update({f"timing/{k}": v for k, v in t.items()})
+        metrics["timing/step"] = step_s
+        metrics.update(phases.perf_metrics(batch, step_s, t))
+        return metrics
+
+    def _row_multiple(self) -> int:
+        cfg = self.cfg
+        sizes = [cfg.actor.mini_batch_size, *(world_size(cfg, r) for r in ("actor", "critic", "ref"))]
+        if self.workers.get("critic") is not None:
+            sizes.append(cfg.critic.mini_batch_size)
+        return turn_layout.row_multiple(*sizes)
+
+    @staticmethod
+    def _seed_metrics(batch) -> dict[str, float]:
+        seeds = [ep.seed for ep in batch.episodes]
+        return {"rollout/seed_min": float(min(seeds)), "rollout/seed_max": float(max(seeds))} if seeds else {}
+
+    def validate(self) -> dict[str, float]:
+        """Roll out the validation groups (fixed seeds), dump them as JSONL, return ``val/...`` metrics.
+
+        The global RNG state is restored afterwards, so validating never changes the training randomness.
+        """
+        t: dict[str, float] = {}
+        with rng_preserved(), timed("validation", t):
+            batch = self.val_proxy.rollout("val")
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", phases.episode_records(batch))
+        out = {f"val/{k}": v for k, v in batch.metrics.items()}
+        out["val/reward/mean"] = float(phases.trajectory_rewards(batch).mean())
+        out["timing/validation"] = t["validation"]
+        return out
+
+    def evaluate(self) -> dict[str, float]:
+        """``trainer.val_only``: validate the policy of the resumed checkpoint (or the initial model) once."""
+        metrics = self.validate()
+        self._log(metrics, self.step)
+        return metrics
+
+    # ------------------------------------------------------------------ logging, checkpoints
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        self.tracker.log(metrics, step)
+        self.history.append({"step": step, **metrics})
+
+    def plot(self) -> Path:
+        from ragen.utils.plotting import plot_learning_curves
+
+        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
+                                    title=self.cfg.trainer.experiment_name)
+
+    def save_checkpoint(self) -> Path:
+        """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``."""
+
+        def write(tmp: Path) -> None:
+            self.workers["actor"].call("save", dir=str(tmp / "actor"))
+            if self.workers.get("critic") is not None:
+                self.workers["critic"].call("save", dir=str(tmp / "critic"))
+            save_trainer_state(tmp / "trainer_state.pt", step=self.step,
+                               rng=self._rng_after_step or get_rng_state(), proxy=self.proxy.state_dict())
+
+        path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
+        tqdm.write(f"[ragen] saved checkpoint {path}")
+        self.plot()
+        return path
+
+    def load_checkpoint(self, path: Path, *, with_workers: bool = True) -> None:
+        """Restore workers, engine weights, step, RNG and seed counters from a complete checkpoint."""
+        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+        if with_workers:
+            self.workers["actor"].call("load", dir=str(Path(path) / "actor"))
+            if self.workers.get("critic") is not None:
+                self.workers["critic"].call("load", dir=str(Path(path) / "critic"))
+            self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
+        else:
+            from safetensors.torch import load_file
+
+            weights: dict[str, torch.Tensor] = {}
+            for f in sorted((Path(path) / "actor").glob("*.safetensors")):
+                weights.update(load_file(f))
+            self.engine.update_weights(weights)
+        self.step = int(state["step"])
+        set_rng_state(state["rng"])
+        self.proxy.load_state_dict(state["proxy"])
+        tqdm.write(f"[ragen] resumed from {path} at step {self.step}")

@@ -1,0 +1,105 @@
+"""Training on the ``turn`` layout (DESIGN.md, "Two layouts"): one row per turn, each with the exact prompt the
+model saw. Estimators need each episode's model tokens in order, so advantages are computed on a per-episode
+compact view and scattered back to the turn rows; the row count varies per step, so the worker batch is padded
+with empty rows to a size the mini-batches and ranks divide.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ragen.agent.batch import RolloutBatch
+from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.workers.data import TrainBatch
+
+
+def reindex_extra(batch: RolloutBatch, rows: torch.Tensor, old_size: int) -> RolloutBatch:
+    """After ``batch.select(rows)``: select the per-row tensors of ``batch.extra`` too (``select`` copies them)."""
+    for key, value in list(batch.extra.items()):
+        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == old_size:
+            batch.extra[key] = value[rows]
+    return batch
+
+
+def _positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Flat index of every model token: (row, col) in the batch and (episode slot, position) in the compact view,
+    plus the first row of each episode."""
+    ep, tk = batch.extra["episode_index"].tolist(), batch.extra["turn_index"].tolist()
+    episodes = sorted(set(ep))
+    slot = {e: i for i, e in enumerate(episodes)}
+    rows, cols, eps, pos = [], [], [], []
+    filled = [0] * len(episodes)
+    first = [-1] * len(episodes)
+    for r in sorted(range(batch.batch_size), key=lambda r: (ep[r], tk[r])):
+        s = slot[ep[r]]
+        if first[s] < 0:
+            first[s] = r
+        c = torch.nonzero(batch.response_mask[r]).flatten()
+        rows.append(torch.full_like(c, r))
+        cols.append(c)
+        eps.append(torch.full_like(c, s))
+        pos.append(torch.arange(filled[s], filled[s] + len(c)))
+        filled[s] += len(c)
+    cat = [torch.cat(x) if x else torch.zeros(0, dtype=torch.long) for x in (rows, cols, eps, pos)]
+    return cat[0], cat[1], cat[2], cat[3], first
+
+
+def turn_layout_advantages(estimator: str, batch: RolloutBatch, token_rewards: torch.Tensor,
+                           values: torch.Tensor | None, **scalars) -> tuple[torch.Tensor, torch.Tensor]:
+    """``compute_advantage`` for a turn-layout batch: (advantages, returns), (B, T), 0 off the response.
+
+    ``token_rewards`` / ``values``: (B, T) over the turn rows. Each episode's model tokens, in turn order, form one
+    row of the compact view (no env tokens in it); per-episode fields come from the episode's first row.
+    """
+    rows, cols, eps, pos, first = _positions(batch)
+    n_ep, width = len(first), max(1, int(pos.max()) + 1 if len(pos) else 1)
+
+    def gather(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        out = torch.full((n_ep, width), fill, dtype=x.dtype)
+        out[eps, pos] = x[rows, cols]
+        return out
+
+    mask = torch.zeros(n_ep, width, dtype=torch.long)
+    mask[eps, pos] = 1
+    idx = torch.tensor(first)
+    pick = (lambda t: None if t is None else t[idx])  # noqa: E731
+    inputs = AdvantageInputs(
+        token_rewards=gather(token_rewards.float()), response_mask=mask, turn_ids=gather(batch.turn_ids, -1),
+        values=None if values is None else gather(values.float()), group_ids=pick(batch.group_ids),
+        truncated=pick(batch.truncated), step_rewards=pick(batch.step_rewards),
+        outcome_rewards=pick(batch.outcome_rewards), attention_mask=mask,
+        turn_obs_keys=None if batch.turn_obs_keys is None else [batch.turn_obs_keys[i] for i in first],
+    )
+    adv_c, ret_c = compute_advantage(estimator, inputs, **scalars)
+    adv = torch.zeros(batch.input_ids.shape, dtype=adv_c.dtype)
+    ret = torch.zeros(batch.input_ids.shape, dtype=ret_c.dtype)
+    adv[rows, cols] = adv_c[eps, pos]
+    ret[rows, cols] = ret_c[eps, pos]
+    return adv, ret
+
+
+def pad_rows(tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
+    """Append empty rows (one attended pad token, no response) so B is a multiple of ``multiple``."""
+    b = tb.batch_size
+    extra = (-b) % multiple
+    if extra == 0:
+        return tb
+    t = tb.seq_len
+    ids = torch.full((extra, t), pad_id, dtype=tb.input_ids.dtype)
+    attn = torch.zeros(extra, t, dtype=tb.attention_mask.dtype)
+    attn[:, 0] = 1
+    fields = {}
+    for name, x in tb.tensors().items():
+        fill = {"input_ids": ids, "attention_mask": attn}.get(name, torch.zeros(extra, t, dtype=x.dtype))
+        fields[name] = torch.cat([x, fill])
+    return TrainBatch(**fields)
+
+
+def row_multiple(*sizes: int) -> int:
+    """The least common multiple of the mini-batch sizes and world sizes the padded batch must divide."""
+    out = 1
+    for s in sizes:
+        out = out * s // math.gcd(out, s)
+    return out

@@ -1,0 +1,175 @@
+"""Config checks that run before Ray or any model starts, so a bad config fails in seconds.
+
+Every message names the offending key(s), the bad value, and how to fix it. ``validate`` collects all
+problems and raises one :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.derived import (
+    GROUP_ESTIMATORS,
+    device,
+    estimator_needs_values,
+    needs_critic,
+    needs_ref,
+    total_gpus,
+    train_batch_size,
+    uses_kl,
+    world_size,
+)
+
+ENGINES = ("hf", "vllm")
+RETURN_MODES = ("adv_plus_value", "reward_to_go")
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def _estimators() -> tuple[str, ...]:
+    from ragen.algorithms import ADVANTAGE_ESTIMATORS
+
+    return tuple(ADVANTAGE_ESTIMATORS)
+
+
+def check_env(cfg: TrainConfig) -> list[str]:
+    import ragen.env
+
+    env = cfg.env
+    out = []
+    if env.name not in ragen.env.names():
+        return [f"env.name={env.name!r} is unknown; registered envs: {', '.join(ragen.env.names())} "
+                "(select one with env=<name>)"]
+    valid = ragen.env.config_keys(env.name)
+    bad = sorted(set(env.config) - set(valid))
+    if bad:
+        out.append(f"env.config has unknown key(s) {bad} for env {env.name!r}; valid keys: {', '.join(valid)}")
+    if env.max_turn < 1:
+        out.append(f"env.max_turn={env.max_turn} must be >= 1 (turns per episode); e.g. env.max_turn=1")
+    if env.max_actions_per_turn < 1:
+        out.append(f"env.max_actions_per_turn={env.max_actions_per_turn} must be >= 1")
+    return out
+
+
+def check_algorithm(cfg: TrainConfig) -> list[str]:
+    alg, out = cfg.algorithm, []
+    names = _estimators()
+    if alg.estimator not in names:
+        out.append(f"algorithm.estimator={alg.estimator!r} is unknown; registered estimators: {', '.join(names)} "
+                   "(select one with algorithm=<name>)")
+    if estimator_needs_values(alg.estimator) and not needs_critic(cfg):
+        out.append(f"algorithm.estimator={alg.estimator!r} needs a critic (values) but critic.enable=false; "
+                   "set critic.enable=true (or null) or pick a critic-free estimator such as grpo")
+    if alg.estimator in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
+        out.append(f"algorithm.estimator={alg.estimator!r} normalises within env groups and needs "
+                   f"rollout.group_size >= 2, got {cfg.rollout.group_size}")
+    if not 0.0 < alg.rollout_filter_ratio <= 1.0:
+        out.append(f"algorithm.rollout_filter_ratio={alg.rollout_filter_ratio} must be in (0, 1] "
+                   "(fraction of groups kept; 1.0 = no filtering)")
+    if alg.return_mode not in RETURN_MODES:
+        out.append(f"algorithm.return_mode={alg.return_mode!r} is unknown; use one of {RETURN_MODES}")
+    if alg.kl_kind not in KL_KINDS:
+        out.append(f"algorithm.kl_kind={alg.kl_kind!r} is unknown; use one of {KL_KINDS}")
+    if uses_kl(cfg) and not needs_ref(cfg):
+        out.append("a KL term is on (actor.use_kl_loss or algorithm.kl_in_reward) but ref.enable=false; "
+                   "set ref.enable=true (or null) or turn the KL term off")
+    return out
+
+
+def _check_batching(section: str, mini: int, micro: int, batch: int | None, world: int) -> list[str]:
+    """``batch`` None: the row count varies (turn layout; the trainer pads rows), only mini/micro/world checks."""
+    out = []
+    if batch is not None and batch % mini:
+        out.append(f"{section}.mini_batch_size={mini} must divide the train batch of {batch} sequences "
+                   "(= ceil(algorithm.rollout_filter_ratio * rollout.n_groups) * rollout.group_size); "
+                   f"e.g. {section}.mini_batch_size={batch}")
+    if mini % world:
+        out.append(f"{section}.mini_batch_size={mini} must be a multiple of the {section} world size {world} "
+                   f"(trainer.{section}_world_size)")
+    elif (mini // world) % micro:
+        out.append(f"{section}.micro_batch_size={micro} (per rank) must divide the per-rank mini-batch "
+                   f"{mini}/{world}={mini // world}; e.g. {section}.micro_batch_size=1")
+    return out
+
+
+def check_batches(cfg: TrainConfig) -> list[str]:
+    batch, out = train_batch_size(cfg), []
+    rows = None if cfg.agent.layout == "turn" else batch
+    out += _check_batching("actor", cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, rows,
+                           world_size(cfg, "actor"))
+    if needs_critic(cfg):
+        out += _check_batching("critic", cfg.critic.mini_batch_size, cfg.critic.micro_batch_size, rows,
+                               world_size(cfg, "critic"))
+    if needs_ref(cfg) and rows is not None and rows % world_size(cfg, "ref"):
+        out.append(f"the train batch of {batch} sequences must be a multiple of trainer.ref_world_size="
+                   f"{world_size(cfg, 'ref')}")
+    return out
+
+
+def check_agent(cfg: TrainConfig) -> list[str]:
+    ag, out = cfg.agent, []
+    if ag.max_new_tokens >= ag.max_model_len:
+        out.append(f"agent.max_new_tokens={ag.max_new_tokens} leaves no room for the prompt within "
+                   f"agent.max_model_len={ag.max_model_len}; raise max_model_len or lower max_new_tokens")
+    elif ag.layout == "trajectory" and cfg.env.max_turn * ag.max_new_tokens >= ag.max_model_len:
+        out.append(f"prompt budget: env.max_turn * agent.max_new_tokens = {cfg.env.max_turn * ag.max_new_tokens} "
+                   f"tokens of responses alone exceed agent.max_model_len={ag.max_model_len}; raise "
+                   "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn")
+    window = ag.max_context_window
+    if ag.layout == "trajectory" and window is not None and window < cfg.env.max_turn:
+        out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
+                   "trajectory row would not be what the model saw at every turn; use agent.layout=turn (or "
+                   "max_context_window=null)")
+    if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
+        out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
+                   "old log-probs would not be those of the sampling distribution; set actor.temperature to the "
+                   "same value (base.yaml uses ${agent.temperature})")
+    if ag.top_p < 1.0 or ag.top_k > 0:
+        out.append(f"agent.top_p={ag.top_p} / agent.top_k={ag.top_k} truncate sampling, but the trainer's "
+                   "log-probs are of the full distribution; keep top_p=1.0 and top_k=0 for training rollouts")
+    return out
+
+
+def check_trainer(cfg: TrainConfig) -> list[str]:
+    tr, out = cfg.trainer, []
+    if tr.total_steps < 1 and not tr.val_only:
+        out.append(f"trainer.total_steps={tr.total_steps} must be >= 1 (or set trainer.val_only=true)")
+    if tr.device not in ("auto", "cpu", "cuda"):
+        out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
+    if cfg.rollout.engine not in ENGINES:
+        out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
+    elif cfg.rollout.engine == "vllm" and device(cfg) != "cuda":
+        out.append("rollout.engine=vllm needs GPUs; use rollout.engine=hf on CPU (or trainer=gpu on a GPU box)")
+    if device(cfg) == "cuda" and total_gpus(cfg) < 1:
+        out.append("trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0; set n_gpus_per_node")
+    for role in ("actor", "critic", "ref"):
+        ws = world_size(cfg, role)
+        if ws < 1:
+            out.append(f"trainer.{role}_world_size={ws} must be >= 1 (or null = all GPUs)")
+        elif device(cfg) == "cuda" and ws > total_gpus(cfg):
+            out.append(f"trainer.{role}_world_size={ws} exceeds the {total_gpus(cfg)} GPUs "
+                       "(trainer.n_gpus_per_node * trainer.nnodes)")
+        elif not tr.use_ray and ws > 1:
+            out.append(f"trainer.{role}_world_size={ws} needs Ray; set trainer.use_ray=true or the world size to 1")
+    if tr.critic_warmup < 0:
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} must be >= 0")
+    elif tr.critic_warmup and not needs_critic(cfg):
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} needs a critic; set it to 0 or enable the critic")
+    for name in tr.loggers:
+        if name not in ("console", "jsonl", "wandb"):
+            out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")
+    if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
+        out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
+    if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:
+        out.append(f"rollout.n_groups={cfg.rollout.n_groups} and rollout.group_size={cfg.rollout.group_size} "
+                   "must be >= 1")
+    if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
+        out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
+    return out
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
+    problems = check_env(cfg) + check_algorithm(cfg) + check_trainer(cfg) + check_agent(cfg)
+    if not any("world_size" in p or "n_groups" in p for p in problems):
+        problems += check_batches(cfg)
+    if problems:
+        raise ConfigError(problems)

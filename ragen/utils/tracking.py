@@ -1,0 +1,150 @@
+"""Metric loggers: a console table, a JSONL file and wandb, behind one ``Tracker``.
+
+Metric names are namespaced (``env/<name>/success``, ``actor/pg_loss``, ``timing/rollout``,
+``perf/tokens_per_s``...). Every logger gets the same flat ``{name: float}`` dict per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+KNOWN_LOGGERS = ("console", "jsonl", "wandb")
+
+
+class Logger(Protocol):
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def format_table(metrics: dict[str, float], step: int, width: int = 120) -> str:
+    """Render ``metrics`` as a two-column table sorted by name, e.g. ``actor/pg_loss   -0.0123``."""
+    if not metrics:
+        return f"step {step}: (no metrics)"
+    items = sorted(metrics.items())
+    key_w = max(len(k) for k, _ in items)
+    cells = [f"{k:<{key_w}}  {_fmt(v):>11}" for k, v in items]
+    cell_w = max(len(c) for c in cells)
+    cols = max(1, width // (cell_w + 3))
+    rows = [" | ".join(c.ljust(cell_w) for c in cells[i : i + cols]) for i in range(0, len(cells), cols)]
+    rule = "-" * min(width, max(len(r) for r in rows))
+    return "\n".join([f"step {step}", rule, *rows, rule])
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return str(v)
+    if isinstance(v, int) or float(v).is_integer() and abs(v) < 1e9:
+        return f"{int(v)}"
+    return f"{v:.4g}"
+
+
+class ConsoleLogger:
+    """Prints one metrics table per step (through ``tqdm.write`` so progress bars stay intact)."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        tqdm.write(format_table(metrics, step))
+
+    def finish(self) -> None:
+        return None
+
+
+class JsonlLogger:
+    """Appends ``{"step": n, **metrics}`` lines to ``path`` (flushed per step, so a crash loses nothing)."""
+
+    def __init__(self, path: str | Path, append: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a" if append else "w", encoding="utf-8")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._fh.write(json.dumps({"step": step, **metrics}) + "\n")
+        self._fh.flush()
+
+    def finish(self) -> None:
+        self._fh.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics JSONL file, in order."""
+    with Path(path).open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def wandb_mode() -> str:
+    """``WANDB_MODE`` when set; else ``online`` only with an API key and a reachable server, else ``offline``."""
+    if os.environ.get("WANDB_MODE"):
+        return os.environ["WANDB_MODE"]
+    has_key = bool(os.environ.get("WANDB_API_KEY"))
+    netrc = Path.home() / ".netrc"
+    if not has_key and netrc.exists():
+        has_key = "api.wandb.ai" in netrc.read_text(errors="ignore")
+    if not has_key:
+        return "offline"
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((host, 443), timeout=2).close()
+    except OSError:
+        return "offline"
+    return "online"
+
+
+class WandbLogger:
+    """wandb run in ``run_dir`` (offline when there is no key or network: sync later with ``wandb sync``)."""
+
+    def __init__(self, project: str, experiment: str, run_dir: str | Path, config: dict[str, Any]) -> None:
+        import wandb
+
+        self.mode = wandb_mode()
+        self._run = wandb.init(
+            project=project, name=experiment, dir=str(run_dir), config=config, mode=self.mode, reinit=True
+        )
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._run.log(metrics, step=step)
+
+    def finish(self) -> None:
+        self._run.finish()
+
+
+class Tracker:
+    """Fans each step's metrics out to the selected loggers (``console``, ``jsonl``, ``wandb``)."""
+
+    def __init__(
+        self,
+        loggers: list[str] | tuple[str, ...],
+        run_dir: str | Path,
+        *,
+        project: str = "ragen",
+        experiment: str = "run",
+        config: dict[str, Any] | None = None,
+        append: bool = True,
+    ) -> None:
+        unknown = sorted(set(loggers) - set(KNOWN_LOGGERS))
+        if unknown:
+            raise ValueError(f"unknown logger(s) {unknown} in trainer.loggers; choose from {list(KNOWN_LOGGERS)}")
+        self.run_dir = Path(run_dir)
+        self.jsonl_path = self.run_dir / "metrics.jsonl"
+        self._loggers: list[Logger] = []
+        if "console" in loggers:
+            self._loggers.append(ConsoleLogger())
+        if "jsonl" in loggers:
+            self._loggers.append(JsonlLogger(self.jsonl_path, append=append))
+        if "wandb" in loggers:
+            self._loggers.append(WandbLogger(project, experiment, self.run_dir, config or {}))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        clean = {k: float(v) for k, v in metrics.items()}
+        for logger in self._loggers:
+            logger.log(clean, step)
+
+    def finish(self) -> None:
+        for logger in self._loggers:
+            logger.finish()

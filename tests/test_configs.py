@@ -1,0 +1,87 @@
+"""Every file under config/ composes into a valid TrainConfig; base.yaml's defaults equal the schema's."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from ragen.trainer.compose import compose, config_dir, to_train_config
+from ragen.trainer.config import SECTIONS, ConfigError, TrainConfig, default_section_values
+from ragen.trainer.validate import validate
+
+CONFIG = config_dir()
+PRIMARY = sorted(p.stem for p in CONFIG.glob("*.yaml"))
+GROUP_OPTIONS = sorted((d.name, p.stem) for d in CONFIG.iterdir() if d.is_dir() for p in d.glob("*.yaml"))
+
+
+def test_config_tree_is_found():
+    assert {"base", "ppo_bandit", "ppo_multi_turn", "ppo_bilevel"} <= set(PRIMARY)
+    groups = {g for g, _ in GROUP_OPTIONS}
+    assert {"algorithm", "env", "model", "trainer"} <= groups
+
+
+@pytest.mark.parametrize("name", PRIMARY)
+def test_primary_configs_compose_and_validate(name):
+    cfg = to_train_config(compose(name))
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+
+
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS)
+def test_group_options_compose(group, option):
+    overrides = [f"{group}={option}"]
+    if group == "trainer" and option == "gpu":
+        cfg = to_train_config(compose("base", overrides))  # needs GPUs to validate
+        assert cfg.trainer.device == "cuda" and cfg.rollout.engine == "vllm"
+        return
+    composed = compose("base", overrides)
+    missing = sorted(OmegaConf.missing_keys(composed))
+    if missing:  # e.g. a data path the user must give: a clear error names it
+        with pytest.raises(ConfigError, match=f"{missing[0]} is required"):
+            to_train_config(composed)
+        return
+    cfg = to_train_config(composed)
+    if group == "env":  # long-horizon envs need room for every turn of the trajectory
+        cfg = to_train_config(compose("base", [*overrides, "agent.max_new_tokens=32", "agent.max_model_len=8192"]))
+    validate(cfg)
+    if group == "algorithm":
+        assert cfg.algorithm.estimator == option
+    if group == "env":
+        assert cfg.env.name == option
+
+
+def _resolved_base() -> dict:
+    raw = OmegaConf.load(Path(CONFIG) / "base.yaml")
+    del raw["defaults"], raw["hydra"]
+    unresolved = OmegaConf.to_container(raw, resolve=False)
+    resolved = OmegaConf.to_container(raw, resolve=True)
+    return unresolved, resolved
+
+
+def test_base_yaml_defaults_equal_schema_defaults():
+    unresolved, resolved = _resolved_base()
+    assert set(unresolved) == set(SECTIONS)
+    for section in SECTIONS:
+        expected = default_section_values(section)
+        assert set(unresolved[section]) == set(expected), section
+        for key, value in expected.items():
+            yaml_value = unresolved[section][key]
+            if isinstance(yaml_value, str) and "${" in yaml_value and not (isinstance(value, str) and "${" in value):
+                yaml_value = resolved[section][key]
+            assert yaml_value == value, f"{section}.{key}: base.yaml has {yaml_value!r}, schema has {value!r}"
+
+
+def test_overrides_reach_the_frozen_config():
+    cfg = to_train_config(compose("ppo_bandit", ["trainer.total_steps=3", "actor.lr=2e-5", "model=tiny"]))
+    assert cfg.trainer.total_steps == 3 and cfg.actor.lr == 2e-5 and cfg.model.tiny
+    assert cfg.algorithm.skip_env_tokens is False and cfg.env.name == "bandit"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.trainer.total_steps = 5  # type: ignore[misc]
+
+
+def test_launch_configs_select_their_experiment():
+    multi = to_train_config(compose("ppo_multi_turn"))
+    assert (multi.env.name, multi.algorithm.estimator, multi.algorithm.skip_env_tokens) == ("frozen_lake", "gae", True)
+    bilevel = to_train_config(compose("ppo_bilevel"))
+    assert (bilevel.env.name, bilevel.algorithm.estimator) == ("sokoban", "bilevel_gae")

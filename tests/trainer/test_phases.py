@@ -1,0 +1,90 @@
+"""Unit tests of the driver's pure helpers: rollout filtering, metrics, trainer-state helpers."""
+
+import json
+import random
+
+import torch
+
+from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
+from ragen.trainer.phases import (
+    advantages,
+    batch_metrics,
+    episode_records,
+    filter_groups_by_std,
+    perf_metrics,
+    trajectory_rewards,
+)
+from ragen.trainer.state import rng_preserved, trim_metrics
+
+
+def _batch(rewards: list[float], group_size: int) -> RolloutBatch:
+    b, t = len(rewards), 6
+    resp = torch.zeros(b, t, dtype=torch.long)
+    resp[:, 2:5] = 1
+    turn_ids = torch.where(resp.bool(), 0, -1)
+    token_rewards = torch.zeros(b, t)
+    token_rewards[:, 4] = torch.tensor(rewards)
+    return RolloutBatch(
+        input_ids=torch.arange(b * t).view(b, t), attention_mask=torch.ones(b, t, dtype=torch.long),
+        response_mask=resp, turn_ids=turn_ids, token_rewards=token_rewards, sample_log_probs=torch.zeros(b, t),
+        group_ids=torch.arange(b) // group_size, turn_rewards=torch.tensor(rewards).view(b, 1),
+        num_turns=torch.ones(b, dtype=torch.long), truncated=torch.zeros(b, dtype=torch.bool),
+        episodes=[EpisodeRecord("bandit", 7 + i // group_size, i // group_size,
+                                [TurnRecord("obs", "<answer>x</answer>", ["x"], r, r > 0.5, True)], r > 0.5)
+                  for i, r in enumerate(rewards)],
+    )
+
+
+def test_filter_keeps_highest_std_groups_in_order():
+    # group 0: std 0; group 1: std 0.5; group 2: std 0.05; group 3: std 0.5 (tie with 1: lower id first)
+    rewards = [1, 1, 0, 1, 0.1, 0.0, 1.0, 0.0]
+    batch = _batch(rewards, 2)
+    kept, m = filter_groups_by_std(batch, 0.5)
+    assert kept.group_ids.tolist() == [1, 1, 3, 3]
+    assert trajectory_rewards(kept).tolist() == [0, 1, 1, 0]
+    assert m["rollout/kept_groups"] == 2 and m["rollout/total_groups"] == 4
+    assert abs(m["rollout/kept_group_reward_std_mean"] - 0.5) < 1e-6
+    kept, _ = filter_groups_by_std(batch, 0.75)  # ceil(3) groups: 1, 3 and 2
+    assert kept.group_ids.tolist() == [1, 1, 2, 2, 3, 3]
+    same, _ = filter_groups_by_std(batch, 1.0)
+    assert same is batch
+
+
+def test_advantages_and_metrics_on_a_batch():
+    batch = _batch([1.0, 0.0, 0.5, 0.5], 2)
+    adv, ret = advantages("grpo", batch, batch.token_rewards, None, whiten=False, eps=1e-6)
+    # grpo: group 0 -> +-1/std(unbiased)=+-0.7071; group 1 equal -> 0; broadcast on the 3 model tokens
+    expected = torch.tensor([0.70710, -0.70710, 0.0, 0.0])
+    assert torch.allclose(adv[:, 2], expected, atol=1e-4) and torch.equal(adv[:, 0], torch.zeros(4))
+    m = batch_metrics(batch, adv, ret, None)
+    assert m["reward/mean"] == 0.5 and m["reward/max"] == 1.0 and m["rollout/response_tokens_mean"] == 3.0
+    assert abs(m["critic/advantages/max"] - 0.7071) < 1e-3
+    p = perf_metrics(batch, 2.0, {"rollout": 1.0, "actor_update": 0.5})
+    assert p["perf/total_tokens"] == 24 and p["perf/tokens_per_s"] == 12 and p["perf/rollout_tokens_per_s"] == 12
+    assert p["perf/actor_update_tokens_per_s"] == 48
+
+
+def test_episode_records_are_json():
+    recs = episode_records(_batch([1.0, 0.0], 2))
+    text = json.dumps(recs)
+    assert json.loads(text)[0]["turns"][0] == {"prompt": "obs", "response": "<answer>x</answer>", "actions": ["x"],
+                                                "reward": 1.0, "success": True, "format_ok": True}
+    assert recs[1]["success"] is False and recs[0]["seed"] == 7
+
+
+def test_rng_preserved_and_trim_metrics(tmp_path):
+    torch.manual_seed(0)
+    random.seed(0)
+    with rng_preserved():
+        torch.rand(5)
+        random.random()
+    a = (torch.rand(1), random.random())
+    torch.manual_seed(0)
+    random.seed(0)
+    assert torch.equal(a[0], torch.rand(1)) and a[1] == random.random()
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (0, 1, 2, 3)))
+    assert [r["step"] for r in trim_metrics(path, 2)] == [0, 1, 2]
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2]
+    assert trim_metrics(path, 0) == [] and path.read_text() == ""
+    assert trim_metrics(tmp_path / "missing.jsonl", 3) == []

@@ -1,0 +1,100 @@
+"""Each validation rule has a config that triggers it, and its message names the key."""
+
+import pytest
+
+from ragen.trainer.compose import compose, to_train_config
+from ragen.trainer.config import ConfigError
+from ragen.trainer.validate import validate
+
+CASES = [
+    # (overrides, text the message must contain)
+    (["env.name=no_such_env"], "env.name='no_such_env' is unknown; registered envs: bandit"),
+    (["+env.config.bogus=1"], "env.config has unknown key(s) ['bogus'] for env 'bandit'"),
+    (["env.max_turn=0"], "env.max_turn=0 must be >= 1"),
+    (["env.max_actions_per_turn=0"], "env.max_actions_per_turn=0 must be >= 1"),
+    (["algorithm.estimator=ppo2"], "algorithm.estimator='ppo2' is unknown; registered estimators: gae"),
+    (["critic.enable=false"], "algorithm.estimator='gae' needs a critic (values) but critic.enable=false"),
+    (["algorithm=grpo", "rollout.group_size=1", "actor.mini_batch_size=4", "actor.micro_batch_size=1"],
+     "needs rollout.group_size >= 2"),
+    (["algorithm.rollout_filter_ratio=0"], "algorithm.rollout_filter_ratio=0.0 must be in (0, 1]"),
+    (["algorithm.return_mode=mc"], "algorithm.return_mode='mc' is unknown"),
+    (["algorithm.kl_kind=k9"], "algorithm.kl_kind='k9' is unknown"),
+    (["actor.use_kl_loss=true", "ref.enable=false"], "a KL term is on (actor.use_kl_loss or algorithm.kl_in_reward)"),
+    (["actor.mini_batch_size=6"], "actor.mini_batch_size=6 must divide the train batch of 16 sequences"),
+    (["algorithm.rollout_filter_ratio=0.5"], None),  # 2 groups x 4 = 8: divisible by 8, passes
+    (["algorithm.rollout_filter_ratio=0.25"], "actor.mini_batch_size=8 must divide the train batch of 4"),
+    (["actor.micro_batch_size=3"], "actor.micro_batch_size=3 (per rank) must divide the per-rank mini-batch 8/1=8"),
+    (["critic.mini_batch_size=5"], "critic.mini_batch_size=5 must divide the train batch of 16"),
+    (["trainer.actor_world_size=3"], "actor.mini_batch_size=8 must be a multiple of the actor world size 3"),
+    (["trainer.ref_world_size=3", "ref.enable=true"], "must be a multiple of trainer.ref_world_size=3"),
+    (["trainer.actor_world_size=2", "trainer.use_ray=false"], "trainer.actor_world_size=2 needs Ray"),
+    (["agent.max_new_tokens=2048"], "agent.max_new_tokens=2048 leaves no room for the prompt"),
+    (["env=frozen_lake", "agent.max_new_tokens=512"], "prompt budget: env.max_turn * agent.max_new_tokens = 2560"),
+    (["env=frozen_lake", "agent.max_context_window=2"], "agent.max_context_window=2 < env.max_turn=5 cuts history"),
+    (["env=frozen_lake", "agent.max_context_window=2", "agent.layout=turn"], None),
+    (["actor.temperature=0.5"], "actor.temperature=0.5 differs from agent.temperature=1.0"),
+    (["agent.top_p=0.9"], "agent.top_p=0.9 / agent.top_k=0 truncate sampling"),
+    (["agent.layout=turn", "actor.mini_batch_size=6"], None),  # turn rows vary: the trainer pads them
+    (["trainer.total_steps=0"], "trainer.total_steps=0 must be >= 1"),
+    (["trainer.device=tpu"], "trainer.device='tpu' is unknown"),
+    (["rollout.engine=sglang"], "rollout.engine='sglang' is unknown"),
+    (["rollout.engine=vllm"], "rollout.engine=vllm needs GPUs"),
+    (["trainer.device=cuda"], "trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0"),
+    (["trainer.device=cuda", "trainer.n_gpus_per_node=1", "trainer.actor_world_size=2"],
+     "trainer.actor_world_size=2 exceeds the 1 GPUs"),
+    (["trainer.critic_warmup=-1"], "trainer.critic_warmup=-1 must be >= 0"),
+    (["algorithm=grpo", "trainer.critic_warmup=2"], "trainer.critic_warmup=2 needs a critic"),
+    (["trainer.loggers=[console,tensorboard]"], "trainer.loggers has unknown logger 'tensorboard'"),
+    (["trainer.keep_last_ckpt=0"], "trainer.keep_last_ckpt=0 must be >= 1 or null"),
+    (["rollout.val_n_groups=0"], "rollout.val_n_groups and rollout.val_group_size must be >= 1"),
+]
+
+
+# The batch shape the messages above assume (independent of the trainer=cpu defaults).
+PINNED = {"rollout.n_groups": "4", "rollout.group_size": "4", "actor.mini_batch_size": "8",
+          "actor.micro_batch_size": "2", "critic.mini_batch_size": "8", "critic.micro_batch_size": "2",
+          "agent.max_new_tokens": "128"}
+
+
+def _with_pinned(overrides: list[str]) -> list[str]:
+    keys = {o.split("=", 1)[0] for o in overrides}
+    return [f"{k}={v}" for k, v in PINNED.items() if k not in keys] + overrides
+
+
+@pytest.mark.parametrize(("overrides", "message"), CASES, ids=[" ".join(o) for o, _ in CASES])
+def test_rule_message(overrides, message):
+    cfg = to_train_config(compose("base", _with_pinned(overrides)))
+    if message is None:
+        validate(cfg)
+        return
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    assert message in str(info.value), str(info.value)
+
+
+def test_construction_errors_name_the_key():
+    with pytest.raises(ConfigError) as info:
+        to_train_config(compose("base", ["+actor.learning_rate=1e-3", "actor.lr_schedule=linear", "+foo.bar=1"]))
+    text = str(info.value)
+    assert "unknown key(s) ['actor.learning_rate']" in text
+    assert "actor.lr_schedule='linear' is unknown" in text
+    assert "unknown config section 'foo'" in text
+
+
+def test_all_problems_reported_together():
+    cfg = to_train_config(compose("base", _with_pinned(["env.max_turn=0", "algorithm.estimator=nope"])))
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    assert len(info.value.problems) == 2
+
+
+def test_entry_point_exits_2_with_the_messages():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ragen.train", "env.max_turn=0", "actor.micro_batch_size=3",
+                           "hydra.run.dir=/tmp/ragen_cfg_check", "trainer.loggers=[jsonl]"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "env.max_turn=0 must be >= 1" in proc.stderr
+    assert "actor.micro_batch_size=3 (per rank) must divide" in proc.stderr

@@ -1,0 +1,49 @@
+"""Shared settings of the trainer's end-to-end tests: a tiny model and batches small enough for 2 CPU cores."""
+
+import json
+import math
+from pathlib import Path
+
+
+def tiny_overrides(out_dir: Path, steps: int = 2) -> list[str]:
+    """Hydra overrides for a seconds-long run of the tiny random model."""
+    return [
+        "model=tiny", f"trainer.output_dir={out_dir}", f"trainer.total_steps={steps}",
+        "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false", "agent.max_new_tokens=12",
+        "rollout.n_groups=2", "rollout.group_size=2", "rollout.val_n_groups=2",
+        "actor.mini_batch_size=4", "actor.micro_batch_size=2", "critic.mini_batch_size=4",
+        "critic.micro_batch_size=2", "actor.lr=1e-3", "critic.lr=1e-3", "trainer.num_threads=1",
+    ]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    with (Path(run_dir) / "metrics.jsonl").open() as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def assert_all_finite(records: list[dict]) -> None:
+    bad = [(r["step"], k, v) for r in records for k, v in r.items() if not math.isfinite(float(v))]
+    assert not bad, f"non-finite metrics: {bad[:10]}"
+
+
+def tiny_init_weights() -> dict:
+    """The tiny model's initial weights (the folder every tiny run starts from)."""
+    from safetensors.torch import load_file
+
+    from ragen.trainer.builders import prepare_model
+    from ragen.trainer.compose import load_train_config
+
+    path, _ = prepare_model(load_train_config("base", ["model=tiny"]))
+    weights = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        weights.update(load_file(f))
+    return weights
+
+
+def load_actor_weights(ckpt: Path) -> dict:
+    from safetensors.torch import load_file
+
+    weights = {}
+    for f in sorted((Path(ckpt) / "actor").glob("*.safetensors")):
+        weights.update(load_file(f))
+    return weights

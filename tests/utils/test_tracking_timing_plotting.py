@@ -1,0 +1,79 @@
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from ragen.utils.plotting import default_curve_keys, plot_learning_curves
+from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from ragen.utils.timing import timed
+from ragen.utils.tracking import Tracker, format_table, read_jsonl, wandb_mode
+
+
+def test_timed_accumulates_and_survives_errors():
+    timings: dict[str, float] = {}
+    with timed("a", timings):
+        time.sleep(0.02)
+    with timed("a", timings):
+        time.sleep(0.02)
+    with pytest.raises(RuntimeError):
+        with timed("b", timings):
+            raise RuntimeError("boom")
+    assert 0.04 <= timings["a"] < 1.0
+    assert "b" in timings and timings["b"] >= 0
+
+
+def test_rng_state_roundtrip():
+    seed_everything(3)
+    state = get_rng_state()
+    a = (random.random(), np.random.rand(), torch.rand(2))
+    set_rng_state(state)
+    b = (random.random(), np.random.rand(), torch.rand(2))
+    assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def test_tracker_jsonl_and_console(tmp_path, capsys):
+    tr = Tracker(["console", "jsonl"], tmp_path, append=False)
+    tr.log({"actor/pg_loss": -0.5, "env/bandit/success": 0.25}, step=1)
+    tr.log({"actor/pg_loss": -0.25, "env/bandit/success": 0.75}, step=2)
+    tr.finish()
+    recs = read_jsonl(tmp_path / "metrics.jsonl")
+    assert recs == [
+        {"step": 1, "actor/pg_loss": -0.5, "env/bandit/success": 0.25},
+        {"step": 2, "actor/pg_loss": -0.25, "env/bandit/success": 0.75},
+    ]
+    out = capsys.readouterr().out
+    assert "env/bandit/success" in out and "0.75" in out and "step 2" in out
+    with pytest.raises(ValueError, match="trainer.loggers"):
+        Tracker(["tensorboard"], tmp_path)
+
+
+def test_format_table_values():
+    text = format_table({"a/x": 1.0, "b/y": 0.123456, "c": float("nan")}, step=7)
+    assert "step 7" in text and " 1 " in text + " " and "0.1235" in text and "nan" in text
+
+
+def test_wandb_mode_offline_without_key(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert wandb_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode() == "disabled"
+
+
+def test_plot_learning_curves(tmp_path):
+    recs = [
+        {"step": i, "env/bandit/success": i / 10, "actor/pg_loss": math.sin(i), "timing/step": 1.0}
+        for i in range(1, 6)
+    ]
+    recs.append({"step": 6, "val/env/bandit/success": 0.9})
+    keys = default_curve_keys(recs)
+    assert keys == ["actor/pg_loss", "env/bandit/success", "val/env/bandit/success"]
+    out = plot_learning_curves(recs, tmp_path / "curve.png", title="t")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    empty = plot_learning_curves([], tmp_path / "empty.png")
+    assert empty.read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# bi-level GAE PPO on sokoban. Experiment settings live in config/ppo_bilevel.yaml; every argument is a Hydra override,
+# e.g. `bash train_ppo_bilevel.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_bilevel.sh trainer=gpu model.path=Qwen/Qwen2.5-0.5B-Instruct`.
+set -euo pipefail
+cd "$(dirname "$0")"
+source scripts/bootstrap.sh
+export TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
+exec python -m ragen.train --config-name ppo_bilevel "$@"

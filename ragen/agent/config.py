@@ -17,6 +17,9 @@ class AgentConfig:
     room for ``max_new_tokens``, history is dropped oldest-first (metric ``agent/context_truncations``).
     ``format_penalty`` is added to the reward of a turn whose response could not be parsed.
     ``layout``: ``"trajectory"`` = one row per episode, ``"turn"`` = one row per turn (DESIGN.md, "Two layouts").
+    ``response_prefix``: text forced at the start of every response (e.g. ``"<answer>"`` with ``think=False``),
+    appended to each prompt as prompt tokens (response_mask 0); the parser reads prefix + response. Small models
+    that rarely open the answer tag on their own learn from format-valid turns this way.
     """
 
     max_turn: int = 5
@@ -34,6 +37,7 @@ class AgentConfig:
     answer_tag: str = "answer"
     layout: str = "trajectory"
     system_prompt: str | None = None
+    response_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.max_turn < 1:

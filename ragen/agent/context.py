@@ -35,7 +35,7 @@ class ChatFormat:
         assistant message.
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None = None) -> None:
+    def __init__(self, tokenizer: Any, system_prompt: str | None = None, response_prefix: str = "") -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError(
                 f"tokenizer {type(tokenizer).__name__} has no chat template; the agent proxy needs one "
@@ -43,6 +43,10 @@ class ChatFormat:
             )
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
+        # Text forced at the start of every assistant turn (e.g. "<answer>"), placed after the generation
+        # prompt as prompt tokens: the model continues from it, the parser reads prefix + response.
+        self.response_prefix = response_prefix
+        self._prefix_ids: list[int] = []
         system = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
         self._base: list[dict[str, str]] = system
         self._prefix_text = self._render(
@@ -62,6 +66,7 @@ class ChatFormat:
         else:
             self.eot_id = int(tail_ids[cut])
             self.separator_ids = tail_ids[cut + 1 :]
+        self._prefix_ids = self.encode(response_prefix) if response_prefix else []
 
     def _render(self, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
         text = self.tokenizer.apply_chat_template(
@@ -81,7 +86,7 @@ class ChatFormat:
 
     def first_prompt(self, user_text: str) -> list[int]:
         """Ids of [system?, user(user_text)] + generation prompt."""
-        return self.encode(self._render([{"role": "user", "content": user_text}], True))
+        return self.encode(self._render([{"role": "user", "content": user_text}], True)) + self._prefix_ids
 
     def next_message(self, user_text: str) -> list[int]:
         """Ids of one new user message + generation prompt, as the template renders it after an assistant turn.
@@ -101,7 +106,7 @@ class ChatFormat:
                 "the chat template re-renders earlier messages when a message is added; the proxy cannot build "
                 "prompts incrementally with it (use a template whose rendering of earlier turns is stable)"
             )
-        return self.encode(full[len(self._prefix_text) :])
+        return self.encode(full[len(self._prefix_text) :]) + self._prefix_ids
 
 
 @dataclass

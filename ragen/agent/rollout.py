@@ -49,7 +49,7 @@ class AgentProxy:
         self.engine = engine
         self.tokenizer = tokenizer
         self.cfg = agent
-        self.fmt = ChatFormat(tokenizer, agent.system_prompt)
+        self.fmt = ChatFormat(tokenizer, agent.system_prompt, agent.response_prefix)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(self.fmt.eot_id if pad is None else pad)
         self.managers = {"train": EnvManager(train_envs, agent)}
@@ -146,7 +146,7 @@ class AgentProxy:
     def _act(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> None:
         """Parse the response, step the env, record the turn, and add the next user message if any."""
         cfg = self.cfg
-        text = self.fmt.decode(ids)
+        text = self.fmt.response_prefix + self.fmt.decode(ids)
         parsed = parse_response(
             text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
         )

@@ -102,6 +102,7 @@ class AgentSection:
     answer_tag: str = "answer"
     layout: str = "trajectory"
     system_prompt: str | None = None
+    response_prefix: str = ""
 
 
 @dataclass(frozen=True)

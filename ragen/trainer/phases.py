@@ -13,7 +13,6 @@ import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
-from ragen.trainer.turn_layout import reindex_extra
 from ragen.workers.data import TrainBatch
 
 
@@ -41,7 +40,7 @@ def filter_groups_by_std(batch: RolloutBatch, ratio: float) -> tuple[RolloutBatc
     kept = unique[torch.tensor(sorted(order[:n_keep]))]
     rows = torch.nonzero(torch.isin(gids, kept)).flatten()
     metrics["rollout/kept_group_reward_std_mean"] = float(stds[torch.isin(unique, kept)].mean())
-    return reindex_extra(batch.select(rows), rows, batch.batch_size), metrics
+    return batch.select(rows), metrics
 
 
 def to_train_batch(batch: RolloutBatch) -> TrainBatch:

@@ -15,14 +15,6 @@ from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.workers.data import TrainBatch
 
 
-def reindex_extra(batch: RolloutBatch, rows: torch.Tensor, old_size: int) -> RolloutBatch:
-    """After ``batch.select(rows)``: select the per-row tensors of ``batch.extra`` too (``select`` copies them)."""
-    for key, value in list(batch.extra.items()):
-        if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == old_size:
-            batch.extra[key] = value[rows]
-    return batch
-
-
 def _positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
     """Flat index of every model token: (row, col) in the batch and (episode slot, position) in the compact view,
     plus the first row of each episode."""

@@ -154,3 +154,18 @@ def test_bad_config_and_bad_template_errors(char_tok):
         AgentProxy(None, char_tok, AgentConfig(), [EnvGroupSpec("test_line", {"nope": 1}, 1, 1)], [])
     with pytest.raises(ValueError, match="n_groups"):
         EnvGroupSpec("test_line", {}, 0, 1)
+
+
+def test_response_prefix_is_a_prompt_token_and_parsed_with_the_response(char_tok):
+    engine = ScriptedEngine(fixed(char_tok, "right</answer>"))
+    cfg = AgentConfig(max_turn=2, think=False, response_prefix="<answer>")
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {"rewards": (1.0, 2.0)}, 1, 1)], []).rollout()
+    assert batch.turn_rewards.tolist() == [[1.0, 2.0]]  # both turns parsed: prefix + response is well-formed
+    prefix = char_tok("<answer>", add_special_tokens=False)["input_ids"]
+    for prompt, _ in engine.calls:  # every turn's prompt ends with the forced prefix
+        assert prompt[0][-len(prefix) :] == prefix
+    row, mask = batch.input_ids[0].tolist(), batch.response_mask[0].tolist()
+    first_model = mask.index(1)
+    assert row[first_model - len(prefix) : first_model] == prefix
+    assert sum(mask[first_model - len(prefix) : first_model]) == 0  # the prefix is not trained on
+    assert batch.episodes[0].turns[0].response_text == "<answer>right</answer>"

@@ -94,9 +94,11 @@ def bootstrap_values(
     rows = truncated.bool().nonzero()[:, 0]  # only truncated rows bootstrap: look at those rows only
     if rows.numel():
         real = (attention_mask if attention_mask is not None else response_mask).index_select(0, rows) > 0
-        positions = torch.arange(T, device=real.device, dtype=torch.int32)
-        last = torch.where(real, positions, -1).amax(dim=1).long()
-        boot = values[rows].gather(1, last.clamp(min=0)[:, None])[:, 0].to(dtype)
+        # 1 + the last real position (0: none) as the max of mask bytes times 1-based int16 positions: a byte
+        # multiply and an int16 max, several times faster on CPU than where/argmax over the rows
+        pos = torch.arange(1, T + 1, device=real.device, dtype=torch.int16 if T < 32767 else torch.int32)
+        last = (real.view(torch.uint8) * pos).amax(dim=1).long() - 1
+        boot = values[rows, last.clamp(min=0)].to(dtype)  # only the n bootstrap entries are read
         out[rows] = torch.where(last >= 0, boot, torch.zeros_like(boot))
     return out
 

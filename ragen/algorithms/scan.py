@@ -133,7 +133,10 @@ def _marked_chunks(positions: list[Tensor], Q: int, L: int) -> Tensor:
         rows = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)
         ok = pos >= 0
         ids.append(rows[ok] * Q + pos[ok].div(L, rounding_mode="floor"))
-    return torch.unique(torch.cat(ids)) if ids else torch.zeros(0, dtype=torch.long)
+    flat = torch.cat(ids) if ids else torch.zeros(0, dtype=torch.long)
+    if flat.numel() > 1 and bool((flat[1:] >= flat[:-1]).all()):  # row-wise sorted positions: no sort needed
+        return torch.unique_consecutive(flat)
+    return torch.unique(flat)
 
 
 def chunk_rows(x: Tensor, chunks: Tensor, Q: int, L: int) -> Tensor:
@@ -244,7 +247,8 @@ class TurnView:
         self._chunks: dict[torch.dtype, tuple[Tensor, Tensor, Tensor]] = {}
         T = self.model.shape[1]
         self.Q = max(1, -(-T // CHUNK))
-        self.edge_chunks = _marked_chunks([self.firsts_or_neg(), self.ends_or_neg()], self.Q, CHUNK)
+        edges = torch.stack([self.firsts_or_neg(), self.ends_or_neg()], dim=2)  # f_0 <= e_0 < f_1 <= ...: sorted
+        self.edge_chunks = _marked_chunks([edges.view(edges.shape[0], 2 * self.K)], self.Q, CHUNK)
 
     @property
     def K(self) -> int:
@@ -282,7 +286,7 @@ class TurnView:
             B, Q = self.model.shape[0], self.Q
             edge = torch.zeros(B * Q, dtype=torch.bool, device=self.model.device)
             edge[self.edge_chunks] = True
-            odd = (self.kappa[:, ::CHUNK] % 2 == 1).view(B * Q)  # a chunk without an edge has one kappa
+            odd = (self.kappa[:, ::CHUNK] & 1).bool().view(B * Q)  # a chunk without an edge has one kappa
             interior = (odd & ~edge).view(B, Q)
             keep = (odd | edge).view(B, Q).to(dtype)
             edge_model = chunk_rows(self.model, self.edge_chunks, Q, CHUNK).to(dtype)
@@ -318,7 +322,9 @@ class TurnView:
         Q, L = self.Q, CHUNK
         padded = (F.pad(x, (0, Q * L - T)) if Q * L != T else x).reshape(B, Q, L)
         interior, _, _ = self._chunk_info(x.dtype)
-        inner = F.pad((padded.sum(dim=-1).to(torch.float64) * interior).cumsum(dim=1), (1, 0))  # (B, Q + 1)
+        # per-chunk sums as a matrix-vector product (a faster read of x than a last-dim sum on CPU)
+        chunk_sums = torch.mv(padded.reshape(B * Q, L), padded.new_ones(L)).view(B, Q)
+        inner = F.pad(torch.where(interior, chunk_sums, 0.0).to(torch.float64).cumsum(dim=1), (1, 0))  # (B, Q + 1)
         f, e = self.first_pos, self.last_pos
         qf, qe = f.div(L, rounding_mode="floor"), e.div(L, rounding_mode="floor")
         K = f.shape[1]

@@ -178,3 +178,45 @@ def test_batches_without_model_tokens_give_zeros(name, shape):
         adv, ret = compute_advantage(name, inp, **params)
         assert adv.shape == ret.shape == (B, T)
         assert bool((adv == 0).all()) and bool((ret == 0).all())
+
+
+def _bootstrap_loop(values, truncated, real):
+    """Per-row loop: V at the last position where ``real`` > 0 for truncated rows, else 0."""
+    out = []
+    for b in range(values.shape[0]):
+        idx = [j for j in range(values.shape[1]) if real[b, j] > 0]
+        out.append(float(values[b, idx[-1]]) if truncated[b] and idx else 0.0)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("T", [1, 37, 32768])
+def test_bootstrap_values_match_loop(T):
+    from ragen.algorithms.inputs import bootstrap_values
+
+    g = torch.Generator().manual_seed(T)
+    B = 6
+    values = torch.randn(B, T, generator=g)
+    attention = torch.randint(-1, 3, (B, T), generator=g)  # int64 with 2 (counts) and -1 (does not count)
+    attention[0] = 0  # a truncated row without real tokens bootstraps 0
+    attention[1, : T // 2] = 0  # left padding
+    attention[2, T // 2:] = 0  # right padding
+    truncated = torch.tensor([True, True, True, True, False, True])
+    got = bootstrap_values(values, truncated, attention > 0, attention)
+    assert torch.allclose(got.double(), _bootstrap_loop(values, truncated, attention), atol=0, rtol=0)
+    resp = attention > 1  # without attention_mask the response mask locates the bootstrap
+    got = bootstrap_values(values, truncated, resp, None)
+    assert torch.allclose(got.double(), _bootstrap_loop(values, truncated, resp.long()), atol=0, rtol=0)
+
+
+def test_marked_chunks_sorted_and_unsorted_positions_agree():
+    from ragen.algorithms.scan import _marked_chunks
+
+    g = torch.Generator().manual_seed(1)
+    B, T, Q = 5, 400, -(-400 // CHUNK)
+    pos = torch.randint(-1, T, (B, 9), generator=g)
+    expected = sorted({b * Q + int(p) // CHUNK for b in range(B) for p in pos[b] if p >= 0})
+    assert _marked_chunks([pos], Q, CHUNK).tolist() == expected  # unsorted rows: general path
+    sorted_pos = torch.where(pos >= 0, pos.sort(dim=1).values, -1)  # -1 entries ignored anywhere in a row
+    expected = sorted({b * Q + int(p) // CHUNK for b in range(B) for p in sorted_pos[b] if p >= 0})
+    assert _marked_chunks([sorted_pos.sort(dim=1).values], Q, CHUNK).tolist() == expected  # sorted fast path
+    assert _marked_chunks([pos[:, :0]], Q, CHUNK).tolist() == []

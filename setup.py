@@ -1,12 +1,21 @@
 """Install ragen. CPU installs pin torch==2.13.0 (a CPU build); the `gpu` extra adds vLLM and flash-attn."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+
+# The fused CPU kernel of the GAE family: C++17 against the CPython API only (no torch headers), so it builds in
+# seconds. optional=True: without a C++ compiler the install still succeeds and ragen.algorithms.fused falls back
+# to the tensor implementation.
+GAE_KERNEL = Extension(
+    "ragen.algorithms._gae_kernel", ["ragen/algorithms/_gae_kernel.cpp"], language="c++",
+    extra_compile_args=["-O3", "-std=c++17", "-fopenmp-simd"], optional=True,
+)
 
 setup(
     name="ragen",
     version="0.1.0",
     description="Training LLM agents with multi-turn reinforcement learning",
     packages=find_packages(include=["ragen", "ragen.*"]),
+    ext_modules=[GAE_KERNEL],
     package_data={"ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"]},
     include_package_data=True,
     python_requires=">=3.10",

@@ -2,9 +2,11 @@
 
 Batch: B=64 trajectories of T=16384 tokens, 18-22 turns each (400-700 model tokens per turn, 100-250 env
 observation tokens between turns, a 200-400 token prompt, right/left padding, some truncated rows).
-For each of gae, turn_gae, bilevel_gae, weighted_gae it prints the vectorised time of the whole
-``compute_advantage`` call (validation included; median of repeats, min in brackets) and the speed-up over the
-plain per-token loop reference measured in the same run (median of its repeats). The loop reference is slow,
+For each of gae, turn_gae, bilevel_gae, weighted_gae it prints the time of the whole ``compute_advantage`` call
+(validation included; median of repeats, min in brackets) on its two implementations, the fused C++ CPU kernel
+(``ragen.algorithms.fused``, what CPU tensors use) and the tensor code (what CUDA tensors use, or CPU tensors
+with RAGEN_FUSED_GAE=0), and each one's speed-up over the plain per-token loop reference measured in the same
+run (median of its repeats). The loop reference is slow,
 so it runs on a subset of rows and its time is scaled per row to the full batch (stated in the output); the
 outputs on that subset are also checked against the vectorised ones. Two parameter sets are timed: the
 benchmark's (lam < 1, so the token-level scans run) and compute_advantage's defaults (gamma = lam = 1).
@@ -15,6 +17,7 @@ Usage: python bench/advantages.py [--rows-ref 8] [--threads 1] [--repeats 9] [--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import sys
@@ -25,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from ragen.algorithms import compute_advantage  # noqa: E402
+from ragen.algorithms import compute_advantage, fused  # noqa: E402
 from ragen.algorithms.reference import REFERENCES, random_inputs  # noqa: E402
 
 ESTIMATORS = ("gae", "turn_gae", "bilevel_gae", "weighted_gae")
@@ -75,22 +78,29 @@ def main() -> None:
           f"float32, torch threads={args.threads}")
     rows = list(range(min(args.rows_ref, args.batch)))
     scale = args.batch / len(rows)
-    print(f"vectorised: median (min) of {args.repeats} compute_advantage calls on the full batch; loop reference: "
-          f"median of {args.ref_repeats} runs on {len(rows)} of {args.batch} rows, time scaled x{scale:g}")
+    if not fused.available():
+        sys.exit("the fused kernel is not built: run `pip install -e .` (needs a C++ compiler)")
+    print(f"median (min) of {args.repeats} compute_advantage calls on the full batch; loop reference: "
+          f"median of {args.ref_repeats} runs on {len(rows)} of {args.batch} rows, time scaled x{scale:g}; "
+          f"max |diff| = largest difference of either path from the reference on those rows")
     for label, params in PARAM_SETS.items():
         print(f"\n[{label}] {params}")
-        print(f"{'estimator':<14}{'vectorised':>22}{'loop ref (scaled)':>20}{'speed-up':>11}{'max |diff|':>13}")
+        print(f"{'estimator':<14}{'fused kernel':>18}{'speed-up':>10}{'tensor code':>18}{'speed-up':>10}"
+              f"{'loop ref (scaled)':>20}{'max |diff|':>12}")
         for name in ESTIMATORS:
-            vectorised = functools.partial(compute_advantage, name, inp, **params)
+            call = functools.partial(compute_advantage, name, inp, **params)
             loop = functools.partial(REFERENCES[name], inp, rows=rows, **_ref_kwargs(name, params))
-            vectorised()  # warm-up
-            vec, vec_min, (adv, ret) = _median_time(vectorised, args.repeats)
             ref, _, (ref_adv, ref_ret) = _median_time(loop, args.ref_repeats)
             ref *= scale
-            diff = max((adv[rows] - torch.tensor(ref_adv, dtype=adv.dtype)).abs().max().item(),
-                       (ret[rows] - torch.tensor(ref_ret, dtype=ret.dtype)).abs().max().item())
-            vec_txt = f"{vec * 1e3:.1f} ms ({vec_min * 1e3:.1f})"
-            print(f"{name:<14}{vec_txt:>22}{ref:>18.2f} s{ref / vec:>10.0f}x{diff:>13.2e}")
+            cells, diff = [], 0.0
+            for path in ("fused", "tensor"):
+                with fused.disabled() if path == "tensor" else contextlib.nullcontext():
+                    call()  # warm-up
+                    med, low, (adv, ret) = _median_time(call, args.repeats)
+                diff = max(diff, (adv[rows] - torch.tensor(ref_adv, dtype=adv.dtype)).abs().max().item(),
+                           (ret[rows] - torch.tensor(ref_ret, dtype=ret.dtype)).abs().max().item())
+                cells.append(f"{f'{med * 1e3:.1f} ms ({low * 1e3:.1f})':>18}{ref / med:>9.0f}x")
+            print(f"{name:<14}{''.join(cells)}{ref:>18.2f} s{diff:>12.2e}")
 
 
 if __name__ == "__main__":

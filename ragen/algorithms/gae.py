@@ -13,9 +13,13 @@ tokens, in the promoted dtype of rewards and values (at least float32); turn-lev
 token level for :func:`gae`, turn level with ``high_level_gamma`` for the turn methods; no bootstrap).
 Off-mask entries of rewards and values must be finite: they only ever meet exact zeros, so they change nothing.
 
-Cost: token-level work is a handful of elementwise passes plus one :func:`chunked_scan` (a small matrix
-product per chunk); nothing gathers model tokens into a compacted copy. Closed forms: with lam = 1 the value
-terms telescope (only rewards are scanned); bi-level with gamma = lam = 1 is A_t = G_k - V_t (no scan).
+Two implementations: on CPU tensors each function hands the work to the fused C++ kernel of
+:mod:`ragen.algorithms.fused` (one pass per row that also checks the turn-id contract) when it is built; the
+tensor code below serves CUDA tensors and installs without the kernel, and both are tested against the loop
+references. Cost of the tensor code: token-level work is a handful of elementwise passes plus one
+:func:`chunked_scan` (a small matrix product per chunk); nothing gathers model tokens into a compacted copy.
+Closed forms: with lam = 1 the value terms telescope (only rewards are scanned); bi-level with
+gamma = lam = 1 is A_t = G_k - V_t (no scan).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ragen.algorithms import fused
 from ragen.algorithms.scan import TurnView, chunked_scan, discounted_suffix_sum, run_view, shift_left, turn_view
 
 RETURN_MODES = ("adv_plus_value", "reward_to_go")
@@ -123,16 +128,25 @@ def gae(
     skip_env_tokens: bool = True,
     bootstrap: Tensor | None = None,
     return_mode: str = "adv_plus_value",
+    turn_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Token-level GAE.
 
     With ``skip_env_tokens`` the steps are the model tokens p_1 < ... < p_n only: the next value of p_i is
     V(p_{i+1}), env/pad tokens are neither steps nor bootstraps. Otherwise every position from p_1 to p_n is a
     step (env tokens carry reward 0). The step after the last one has value ``bootstrap`` (B,).
+    ``turn_ids`` (B, T) is optional: turns do not change token GAE, but when given, the turn-id contract is
+    checked in the same pass (fused kernel; the tensor code checks turn order and contiguity).
     """
     _check_return_mode(return_mode)
     dtype = _out_dtype(token_rewards, values)
-    units = run_view(response_mask)  # maximal runs of consecutive model tokens
+    if fused.usable(token_rewards, values, response_mask, turn_ids):
+        return fused.gae_family(
+            "gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma, lam=lam,
+            skip_env_tokens=skip_env_tokens, reward_to_go=return_mode == "reward_to_go",
+        )
+    # units: the turns, or the maximal runs of consecutive model tokens
+    units = run_view(response_mask) if turn_ids is None else turn_view(turn_ids, response_mask)
     return _token_gae(
         token_rewards.to(dtype), values.to(dtype), units, _boot(bootstrap, units.model.shape[0], values.device),
         gamma=gamma, lam=lam, skip_env_tokens=skip_env_tokens, return_mode=return_mode,
@@ -190,6 +204,12 @@ def turn_gae(
 ) -> tuple[Tensor, Tensor]:
     """Turn-level GAE: each turn is one step; every model token of turn k gets A^H_k, return A^H_k + V(e_k)."""
     _check_return_mode(return_mode)
+    if fused.usable(token_rewards, values, response_mask, turn_ids):
+        return fused.gae_family(
+            "turn_gae", token_rewards, values, response_mask, turn_ids, bootstrap,
+            dtype=_out_dtype(token_rewards, values), high_level_gamma=high_level_gamma,
+            high_level_lam=high_level_lam, reward_to_go=return_mode == "reward_to_go",
+        )
     return _turn_outputs(
         token_rewards, values, turn_view(turn_ids, response_mask), high_level_gamma=high_level_gamma,
         high_level_lam=high_level_lam, bootstrap=bootstrap, return_mode=return_mode,
@@ -218,6 +238,12 @@ def bilevel_gae(
     """
     _check_return_mode(return_mode)
     dtype = _out_dtype(token_rewards, values)
+    if fused.usable(token_rewards, values, response_mask, turn_ids):
+        return fused.gae_family(
+            "bilevel_gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma,
+            lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
+            reward_to_go=return_mode == "reward_to_go",
+        )
     tv = turn_view(turn_ids, response_mask)
     r, v = token_rewards.to(dtype), values.to(dtype)
     if tv.K == 0:
@@ -264,6 +290,13 @@ def weighted_gae(
         raise ValueError(f"turn_level_weight={turn_level_weight} must be in [0, 1] (0 = token GAE, 1 = turn GAE)")
     _check_return_mode(return_mode)
     dtype = _out_dtype(token_rewards, values)
+    if fused.usable(token_rewards, values, response_mask, turn_ids):
+        return fused.gae_family(
+            "weighted_gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma,
+            lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
+            turn_level_weight=turn_level_weight, skip_env_tokens=skip_env_tokens,
+            reward_to_go=return_mode == "reward_to_go",
+        )
     tv = turn_view(turn_ids, response_mask)
     r, v = token_rewards.to(dtype), values.to(dtype)
     adv_tok, ret_tok = _token_gae(

@@ -57,11 +57,13 @@ class AdvantageInputs:
         """(B,) long: number of turns of each row (max turn id + 1, 0 for a row without model tokens)."""
         return self.turn_ids.amax(dim=1).clamp(min=-1) + 1
 
-    def validate(self, needs: tuple[str, ...] = ()) -> None:
+    def validate(self, needs: tuple[str, ...] = (), *, check_turn_contract: bool = True) -> None:
         """Check shapes, dtypes and the turn-id contract; ``needs`` names optional fields that must be set (and,
         for ``step_rewards`` / ``turn_obs_keys``, be long enough for every row's turns).
 
-        Raises ValueError naming the bad field and what it should be.
+        ``check_turn_contract=False`` skips the (B, T) turn-id check, for callers whose estimator checks it in
+        the same pass that reads the turns (the fused GAE kernel). Raises ValueError naming the bad field and
+        what it should be.
         """
         _check_token_tensors(self)
         for name in needs:
@@ -71,7 +73,8 @@ class AdvantageInputs:
                     f"set it (see AdvantageInputs docstring) or choose another estimator"
                 )
         _check_row_tensors(self, needs)
-        _check_turn_contract(self.turn_ids, self.response_mask)
+        if check_turn_contract:
+            _check_turn_contract(self.turn_ids, self.response_mask)
 
     def bootstrap_values(self) -> Tensor:
         """(B,) value to bootstrap from after the last step: V(last non-pad position) if truncated, else 0."""
@@ -152,11 +155,16 @@ def _check_turn_contract(turn_ids: Tensor, response_mask: Tensor) -> None:
     bad = model != (turn_ids >= 0)
     if bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"turn_ids and response_mask disagree at row {b}, position {t} (turn_ids={int(turn_ids[b, t])}, "
-            f"response_mask={int(response_mask[b, t])}): turn_ids must be >= 0 exactly on model tokens, -1 elsewhere"
-        )
+        raise contract_error(turn_ids, response_mask, b, t)
     # Turn order and contiguity are checked where turns are used (ragen.algorithms.scan.turn_view).
+
+
+def contract_error(turn_ids: Tensor, response_mask: Tensor, b: int, t: int) -> ValueError:
+    """The error for a position (b, t) where ``turn_ids >= 0`` and ``response_mask`` disagree."""
+    return ValueError(
+        f"turn_ids and response_mask disagree at row {b}, position {t} (turn_ids={int(turn_ids[b, t])}, "
+        f"response_mask={int(response_mask[b, t])}): turn_ids must be >= 0 exactly on model tokens, -1 elsewhere"
+    )
 
 
 def _same_bools(a: Tensor, b: Tensor) -> bool:

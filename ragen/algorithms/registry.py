@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ragen.algorithms import fused
 from ragen.algorithms import gae as _gae
 from ragen.algorithms import group as _group
 from ragen.algorithms import turn_credit as _tc
@@ -27,14 +28,18 @@ Estimator = Callable[..., tuple[Tensor, Tensor]]
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered estimator: its adapter, the scalars it takes, the input fields it needs, and whether its
-    outputs are already exactly 0 off ``response_mask`` (then :func:`compute_advantage` skips re-masking)."""
+    """A registered estimator: its adapter, the scalars it takes, the input fields it needs, whether its
+    outputs are already exactly 0 off ``response_mask`` (then :func:`compute_advantage` skips re-masking), and
+    ``checks_turns(inputs)``: True when the estimator itself checks the turn-id contract on these inputs, reading
+    ``response_mask`` in whatever integer dtype it has (then :func:`compute_advantage` skips that (B, T) check and
+    the bool conversion of the mask instead of reading the turn ids and the mask twice)."""
 
     name: str
     fn: Estimator
     params: tuple[str, ...]
     needs: tuple[str, ...]
     zero_off_mask: bool = False
+    checks_turns: Callable[[AdvantageInputs], bool] | None = None
 
 
 ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -45,11 +50,14 @@ SCALAR_NAMES = (
 
 
 def register_estimator(
-    name: str, fn: Estimator, *, needs: tuple[str, ...] = (), zero_off_mask: bool = False
+    name: str, fn: Estimator, *, needs: tuple[str, ...] = (), zero_off_mask: bool = False,
+    checks_turns: Callable[[AdvantageInputs], bool] | None = None,
 ) -> EstimatorSpec:
     """Register ``fn(inputs, *, scalars...)`` under ``name``; the keyword-only params are the forwarded scalars.
 
     ``zero_off_mask=True`` promises (adv, ret) are exactly 0 off ``response_mask``, saving two (B, T) passes.
+    ``checks_turns(inputs)`` returning True promises ``fn`` raises the turn-id contract errors itself and takes the
+    mask in its given dtype.
     """
     if name in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
@@ -66,7 +74,9 @@ def register_estimator(
     if unknown:
         fields = list(AdvantageInputs.__dataclass_fields__)
         raise ValueError(f"needs={unknown} are not AdvantageInputs fields ({fields})")
-    spec = EstimatorSpec(name=name, fn=fn, params=params, needs=tuple(needs), zero_off_mask=zero_off_mask)
+    spec = EstimatorSpec(
+        name=name, fn=fn, params=params, needs=tuple(needs), zero_off_mask=zero_off_mask, checks_turns=checks_turns,
+    )
     ADVANTAGE_ESTIMATORS[name] = spec
     return spec
 
@@ -98,9 +108,10 @@ def compute_advantage(
     spec = ADVANTAGE_ESTIMATORS.get(name)
     if spec is None:
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}")
-    if isinstance(inputs.response_mask, Tensor) and inputs.response_mask.dtype != torch.bool:
+    own_check = spec.checks_turns is not None and spec.checks_turns(inputs)  # one pass reads mask and turns
+    if not own_check and isinstance(inputs.response_mask, Tensor) and inputs.response_mask.dtype != torch.bool:
         inputs = dataclasses.replace(inputs, response_mask=inputs.response_mask > 0)  # one bool mask for all uses
-    inputs.validate(spec.needs)
+    inputs.validate(spec.needs, check_turn_contract=not own_check)
     scalars = dict(
         gamma=gamma, lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
         turn_level_weight=turn_level_weight, skip_env_tokens=skip_env_tokens, return_mode=return_mode,
@@ -125,7 +136,7 @@ def compute_advantage(
 def _gae_adapter(inp: AdvantageInputs, *, gamma, lam, skip_env_tokens, return_mode):
     return _gae.gae(
         inp.token_rewards, inp.values, inp.response_mask, gamma=gamma, lam=lam, skip_env_tokens=skip_env_tokens,
-        bootstrap=inp.bootstrap_values(), return_mode=return_mode,
+        bootstrap=inp.bootstrap_values(), return_mode=return_mode, turn_ids=inp.turn_ids,
     )
 
 
@@ -188,11 +199,17 @@ def _gigpo_adapter(inp: AdvantageInputs, *, gamma, step_advantage_weight, eps, n
     )
 
 
+def _fused_checks_turns(inp: AdvantageInputs) -> bool:
+    """The fused CPU kernel checks the turn-id contract in the pass that locates the turns."""
+    return fused.usable(inp.token_rewards, inp.values, inp.response_mask, inp.turn_ids)
+
+
 _STEP_SPLIT = ("step_rewards", "outcome_rewards", "group_ids")
-register_estimator("gae", _gae_adapter, needs=("values",), zero_off_mask=True)
-register_estimator("turn_gae", _turn_gae_adapter, needs=("values",), zero_off_mask=True)
-register_estimator("bilevel_gae", _bilevel_gae_adapter, needs=("values",), zero_off_mask=True)
-register_estimator("weighted_gae", _weighted_gae_adapter, needs=("values",), zero_off_mask=True)
+_GAE_FAMILY = dict(needs=("values",), zero_off_mask=True, checks_turns=_fused_checks_turns)
+register_estimator("gae", _gae_adapter, **_GAE_FAMILY)
+register_estimator("turn_gae", _turn_gae_adapter, **_GAE_FAMILY)
+register_estimator("bilevel_gae", _bilevel_gae_adapter, **_GAE_FAMILY)
+register_estimator("weighted_gae", _weighted_gae_adapter, **_GAE_FAMILY)
 register_estimator("grpo", _grpo_adapter, needs=("group_ids",))
 register_estimator("rloo", _rloo_adapter, needs=("group_ids",))
 register_estimator("reinforce_pp", _reinforce_pp_adapter)

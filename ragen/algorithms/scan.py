@@ -414,6 +414,12 @@ def _view_from_changes(change: Tensor, model: Tensor) -> TurnView:
     )
 
 
+TURN_ORDER_ERROR = (
+    "turn_ids must number each row's turns 0, 1, 2, ... in sequence order, each turn one contiguous run "
+    "of model tokens (turn k on its model tokens, -1 elsewhere); renumber the turns of each row"
+)
+
+
 def turn_view(turn_ids: Tensor, response_mask: Tensor) -> TurnView:
     """Build the :class:`TurnView`; raises ValueError unless each row's turns are contiguous and numbered 0..n-1.
 
@@ -427,10 +433,7 @@ def turn_view(turn_ids: Tensor, response_mask: Tensor) -> TurnView:
     ids = turn_ids.gather(1, tv.first_pos)
     expected = torch.arange(tv.K, device=ids.device).expand_as(ids)
     if not torch.equal(torch.where(tv.exists, ids, expected), expected):
-        raise ValueError(
-            "turn_ids must number each row's turns 0, 1, 2, ... in sequence order, each turn one contiguous run "
-            "of model tokens (turn k on its model tokens, -1 elsewhere); renumber the turns of each row"
-        )
+        raise ValueError(TURN_ORDER_ERROR)
     return tv
 
 

@@ -7,6 +7,8 @@ from ragen.algorithms import ADVANTAGE_ESTIMATORS, AdvantageInputs, compute_adva
 from ragen.algorithms.reference import random_inputs
 from ragen.algorithms.scan import _suffix_scan_doubling, run_ids, suffix_scan, turn_view
 
+pytestmark = pytest.mark.usefixtures("gae_path")  # fused kernel and tensor code (conftest.py)
+
 D = torch.float64
 
 

@@ -12,6 +12,8 @@ import torch
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, compute_advantage
 from ragen.algorithms.reference import REFERENCES, random_inputs
 
+pytestmark = pytest.mark.usefixtures("gae_path")  # fused kernel and tensor code (conftest.py)
+
 PARAMS = dict(gamma=0.9, lam=0.8, high_level_gamma=0.7, high_level_lam=0.6, turn_level_weight=0.3,
               step_advantage_coef=0.5, discount_factor=0.7, step_advantage_weight=0.4, eps=1e-6)
 

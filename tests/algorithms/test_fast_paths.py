@@ -119,6 +119,7 @@ def run_both(name, inp, **params):
     return adv, ret, torch.tensor(ref_adv, dtype=D), torch.tensor(ref_ret, dtype=D)
 
 
+@pytest.mark.usefixtures("gae_path")
 @pytest.mark.parametrize("name", ["gae", "turn_gae", "bilevel_gae", "weighted_gae"])
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (1.0, 0.95), (0.9, 0.8), (0.25, 0.2), (0.7, 0.0)])
 @pytest.mark.parametrize("skip_env_tokens", [True, False])
@@ -134,6 +135,7 @@ def test_long_rows_match_reference_float64(name, gamma, lam, skip_env_tokens, re
     torch.testing.assert_close(ret, ref_ret, atol=1e-9, rtol=0)
 
 
+@pytest.mark.usefixtures("gae_path")
 @pytest.mark.parametrize("name", ["gae", "turn_gae", "bilevel_gae", "weighted_gae"])
 @pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (1.0, 0.95), (0.99, 0.9)])
 @pytest.mark.parametrize("seed,T", [(0, 40 * CHUNK), (1, 40 * CHUNK + 7)])
@@ -147,6 +149,7 @@ def test_long_rows_match_reference_float32(name, gamma, lam, seed, T):
     assert bool((adv[off] == 0).all()) and bool((ret[off] == 0).all())
 
 
+@pytest.mark.usefixtures("gae_path")
 def test_bilevel_closed_form_at_gamma_lam_one():
     # gamma = lam = 1: A_t = G_k - V_t on every token of turn k, and the return is G_k itself
     inp = long_inputs(D, seed=4)
@@ -167,6 +170,7 @@ def test_per_turn_inputs_are_checked_only_when_needed():
         compute_advantage("ms_grpo", short)
 
 
+@pytest.mark.usefixtures("gae_path")
 @pytest.mark.parametrize("name", ["gae", "turn_gae", "bilevel_gae", "weighted_gae"])
 @pytest.mark.parametrize("shape", [(0, 10), (3, 0), (2, 40)])
 def test_batches_without_model_tokens_give_zeros(name, shape):

@@ -318,4 +318,13 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gae_kernel", nullptr, -1, methods
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__gae_kernel() { return PyModule_Create(&module); }
+#ifndef RAGEN_KERNEL_SOURCE_HASH
+#define RAGEN_KERNEL_SOURCE_HASH "unknown"
+#endif
+
+// SOURCE_HASH: the first 16 hex digits of this file's sha256 when it was built (setup.py), for staleness checks.
+PyMODINIT_FUNC PyInit__gae_kernel() {
+    PyObject* mod = PyModule_Create(&module);
+    if (mod && PyModule_AddStringConstant(mod, "SOURCE_HASH", RAGEN_KERNEL_SOURCE_HASH) < 0) Py_CLEAR(mod);
+    return mod;
+}

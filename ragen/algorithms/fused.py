@@ -1,21 +1,26 @@
-"""Fused CPU path of the GAE family: one C pass per row instead of a dozen (B, T) tensor passes.
+"""Fused CPU path of the GAE family: one C++ pass per row instead of a dozen (B, T) tensor passes.
 
 On the CPU, :mod:`ragen.algorithms.gae` is memory-bound: its tensor formulation reads and writes (B, T) data a
-dozen times. The C kernel (``_gae_kernel.c``, built by ``setup.py`` as an optional extension) reads every input
-once per row and writes each output once, checking the turn-id contract on the way; the maths is the same and
-is documented in :mod:`ragen.algorithms.gae` and ``_gae_kernel.c``. :mod:`gae` takes this path for CPU tensors
-when the extension is built, and otherwise (CUDA tensors, no C compiler at install time) its tensor code.
-Both paths are tested against the loop references of :mod:`ragen.algorithms.reference`.
+dozen times. The C++ kernel (``_gae_kernel.cpp``, built by ``setup.py`` as an optional extension) reads every
+input once per row and writes each output once, checking the turn-id contract on the way; the maths is the same
+and is documented in :mod:`ragen.algorithms.gae` and ``_gae_kernel.cpp``. :mod:`gae` takes this path for CPU
+tensors when the extension is built, and otherwise (CUDA tensors, no C++ compiler at install time) its tensor
+code. Both paths are tested against the loop references of :mod:`ragen.algorithms.reference`.
 
 ``RAGEN_FUSED_GAE=0`` in the environment, or the :func:`disabled` context manager, forces the tensor path
-(the tests and ``bench/advantages.py`` use it to check and time both).
+(the tests and ``bench/advantages.py`` use it to check and time both). A build older than the ``.cpp`` beside
+it (an editable install after the source changed) is not used: a warning says to run ``pip install -e .``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -23,10 +28,24 @@ from torch import Tensor
 from ragen.algorithms.inputs import contract_error
 from ragen.algorithms.scan import TURN_ORDER_ERROR
 
-try:  # built by `pip install -e .` (setup.py); absent without a C compiler
-    from ragen.algorithms import _gae_kernel
-except ImportError:  # pragma: no cover - depends on the install
-    _gae_kernel = None
+
+def _load_kernel(source: Path = Path(__file__).with_name("_gae_kernel.cpp")) -> ModuleType | None:
+    """The built extension, or None when it is missing or older than ``source`` (present in a checkout, not in a
+    wheel)."""
+    try:  # built by `pip install -e .` (setup.py); absent without a C++ compiler
+        from ragen.algorithms import _gae_kernel as kernel
+    except ImportError:  # pragma: no cover - depends on the install
+        return None
+    if source.exists() and hashlib.sha256(source.read_bytes()).hexdigest()[:16] != kernel.SOURCE_HASH:
+        warnings.warn(
+            f"{kernel.__file__} was built from an older {source.name}; using the tensor code for the GAE family. "
+            "Rebuild it with `pip install -e .`", RuntimeWarning, stacklevel=2,
+        )
+        return None
+    return kernel
+
+
+_gae_kernel = _load_kernel()
 
 MODES = {"gae": 0, "turn_gae": 1, "bilevel_gae": 2, "weighted_gae": 3}
 _ERR_CONTRACT, _ERR_TURN_ORDER = 1, 2
@@ -35,7 +54,7 @@ _state = {"enabled": os.environ.get("RAGEN_FUSED_GAE", "1") != "0"}
 
 
 def available() -> bool:
-    """True when the C extension is built (whether or not it is currently enabled)."""
+    """True when the C++ extension is built and current (whether or not it is currently enabled)."""
     return _gae_kernel is not None
 
 

@@ -9,6 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,6 +29,16 @@ def test_kernel_is_built_and_taken_on_cpu():
         assert not fused.usable(x, x)
     assert fused.usable(x, x)
     assert not fused.usable(x.view(6))  # (B, T) tensors only
+
+
+def test_a_build_older_than_its_source_is_not_used(tmp_path):
+    source = Path(fused.__file__).with_name("_gae_kernel.cpp")
+    copy = tmp_path / "_gae_kernel.cpp"
+    copy.write_bytes(source.read_bytes())
+    assert fused._load_kernel(copy) is not None  # same source: the build is current
+    copy.write_bytes(source.read_bytes() + b"// edited\n")
+    with pytest.warns(RuntimeWarning, match="older _gae_kernel.cpp.*pip install -e"):
+        assert fused._load_kernel(copy) is None
 
 
 def test_environment_switch_forces_the_tensor_path():

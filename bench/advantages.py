@@ -2,22 +2,24 @@
 
 Batch: B=64 trajectories of T=16384 tokens, 18-22 turns each (400-700 model tokens per turn, 100-250 env
 observation tokens between turns, a 200-400 token prompt, right/left padding, some truncated rows).
-For each of gae, turn_gae, bilevel_gae, weighted_gae it prints the time of the whole ``compute_advantage`` call
-(validation included; median of repeats, min in brackets) on its two implementations, the fused C++ CPU kernel
-(``ragen.algorithms.fused``, what CPU tensors use) and the tensor code (what CUDA tensors use, or CPU tensors
-with RAGEN_FUSED_GAE=0), and each one's speed-up over the plain per-token loop reference measured in the same
-run (median of its repeats). The loop reference is slow,
-so it runs on a subset of rows and its time is scaled per row to the full batch (stated in the output); the
-outputs on that subset are also checked against the vectorised ones. Two parameter sets are timed: the
-benchmark's (lam < 1, so the token-level scans run) and compute_advantage's defaults (gamma = lam = 1).
+For each of gae, turn_gae, bilevel_gae, weighted_gae it times the whole ``compute_advantage`` call (validation
+included) on its two implementations, the fused C++ CPU kernel (``ragen.algorithms.fused``, what CPU tensors use)
+and the tensor code (what CUDA tensors use, or CPU tensors with RAGEN_FUSED_GAE=0), against the plain per-token
+loop reference. The loop reference is slow, so it runs on a subset of rows and its time is scaled per row to the
+full batch (stated in the output); the outputs on that subset are also checked against both paths.
 
-Usage: python bench/advantages.py [--rows-ref 8] [--threads 1] [--repeats 9] [--ref-repeats 3]
+These machines are noisy, so the measurements are interleaved: each round times the loop reference once and
+then each path ``--repeats`` times (their median), and the round's speed-ups are reference / path. The table
+shows the median over rounds of each time (min in brackets) and of each round's speed-up. Two parameter sets are
+timed: the benchmark's (lam < 1, so the token-level recursions run) and compute_advantage's defaults
+(gamma = lam = 1).
+
+Usage: python bench/advantages.py [--rows-ref 8] [--threads 1] [--repeats 3] [--rounds 7]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import statistics
 import sys
@@ -45,14 +47,40 @@ def _ref_kwargs(name: str, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in accepted}
 
 
-def _median_time(fn, repeats: int) -> tuple[float, float, object]:
-    """(median, min) wall time of ``fn()`` over ``repeats`` calls, and the last result."""
+def _time(fn, repeats: int) -> tuple[float, object]:
+    """Median wall time of ``fn()`` over ``repeats`` calls, and the last result."""
     times, out = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times), min(times), out
+    return statistics.median(times), out
+
+
+def _rounds(ref_fn, paths: dict, rounds: int, repeats: int) -> tuple[list[float], dict, dict, object, dict]:
+    """Interleaved timing: per round, the reference once, then each path (median of ``repeats`` calls).
+
+    Returns (reference times, per-path times, per-path speed-ups, last reference output, last path outputs).
+    """
+    ref_times, times, ratios, outs, ref_out = [], {p: [] for p in paths}, {p: [] for p in paths}, {}, None
+    for fn in paths.values():  # warm-up
+        fn()
+    for _ in range(rounds):
+        ref, ref_out = _time(ref_fn, 1)
+        ref_times.append(ref)
+        for path, fn in paths.items():
+            t, outs[path] = _time(fn, repeats)
+            times[path].append(t)
+            ratios[path].append(ref / t)
+    return ref_times, times, ratios, ref_out, outs
+
+
+def _tensor_path(fn):
+    """``fn`` run with the fused kernel disabled (the tensor code)."""
+    def run():
+        with fused.disabled():
+            return fn()
+    return run
 
 
 def main() -> None:
@@ -61,8 +89,8 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=16384)
     ap.add_argument("--rows-ref", type=int, default=8, help="rows the slow loop reference runs on")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for the vectorised code")
-    ap.add_argument("--repeats", type=int, default=9, help="timed calls of the vectorised estimator")
-    ap.add_argument("--ref-repeats", type=int, default=3, help="timed runs of the loop reference")
+    ap.add_argument("--repeats", type=int, default=3, help="calls of each path per round (their median)")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (reference once, then each path)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -80,9 +108,10 @@ def main() -> None:
     scale = args.batch / len(rows)
     if not fused.available():
         sys.exit("the fused kernel is not built: run `pip install -e .` (needs a C++ compiler)")
-    print(f"median (min) of {args.repeats} compute_advantage calls on the full batch; loop reference: "
-          f"median of {args.ref_repeats} runs on {len(rows)} of {args.batch} rows, time scaled x{scale:g}; "
-          f"max |diff| = largest difference of either path from the reference on those rows")
+    print(f"{args.rounds} interleaved rounds: the loop reference on {len(rows)} of {args.batch} rows (time scaled "
+          f"x{scale:g}), then each path on the full batch (median of {args.repeats} calls); medians over rounds "
+          f"(min in brackets); speed-up = median of the rounds' reference / path; max |diff| = largest difference "
+          f"of either path from the reference on those rows")
     for label, params in PARAM_SETS.items():
         print(f"\n[{label}] {params}")
         print(f"{'estimator':<14}{'fused kernel':>18}{'speed-up':>10}{'tensor code':>18}{'speed-up':>10}"
@@ -90,18 +119,18 @@ def main() -> None:
         for name in ESTIMATORS:
             call = functools.partial(compute_advantage, name, inp, **params)
             loop = functools.partial(REFERENCES[name], inp, rows=rows, **_ref_kwargs(name, params))
-            ref, _, (ref_adv, ref_ret) = _median_time(loop, args.ref_repeats)
-            ref *= scale
-            cells, diff = [], 0.0
-            for path in ("fused", "tensor"):
-                with fused.disabled() if path == "tensor" else contextlib.nullcontext():
-                    call()  # warm-up
-                    med, low, (adv, ret) = _median_time(call, args.repeats)
-                diff = max(diff, (adv[rows] - torch.tensor(ref_adv, dtype=adv.dtype)).abs().max().item(),
+            ref_times, times, ratios, (ref_adv, ref_ret), outs = _rounds(
+                loop, {"fused": call, "tensor": _tensor_path(call)}, args.rounds, args.repeats,
+            )
+            ref_times = [t * scale for t in ref_times]
+            for path in ratios:
+                ratios[path] = [r * scale for r in ratios[path]]
+            diff = max(max((adv[rows] - torch.tensor(ref_adv, dtype=adv.dtype)).abs().max().item(),
                            (ret[rows] - torch.tensor(ref_ret, dtype=ret.dtype)).abs().max().item())
-                cells.append(f"{f'{med * 1e3:.1f} ms ({low * 1e3:.1f})':>18}{ref / med:>9.0f}x")
-            print(f"{name:<14}{''.join(cells)}{ref:>18.2f} s{diff:>12.2e}")
-
+                       for adv, ret in outs.values())
+            cells = [f"{f'{statistics.median(times[p]) * 1e3:.1f} ms ({min(times[p]) * 1e3:.1f})':>18}"
+                     f"{statistics.median(ratios[p]):>9.0f}x" for p in ("fused", "tensor")]
+            print(f"{name:<14}{''.join(cells)}{statistics.median(ref_times):>18.2f} s{diff:>12.2e}")
 
 if __name__ == "__main__":
     main()

@@ -50,7 +50,7 @@ _gae_kernel = _load_kernel()
 MODES = {"gae": 0, "turn_gae": 1, "bilevel_gae": 2, "weighted_gae": 3}
 _ERR_CONTRACT, _ERR_TURN_ORDER = 1, 2
 _MASK_DTYPES = (torch.bool, torch.uint8, torch.int64)
-_state = {"enabled": os.environ.get("RAGEN_FUSED_GAE", "1") != "0"}
+_state = {"enabled": os.environ.get("RAGEN_FUSED_GAE", "1") != "0", "warned": False}
 
 
 def available() -> bool:
@@ -70,12 +70,20 @@ def disabled() -> Iterator[None]:
 
 
 def usable(*tensors: Tensor | None) -> bool:
-    """Whether the fused kernel will run on these (B, T) tensors: built, enabled, and all of them on the CPU."""
-    return (
-        _gae_kernel is not None
-        and _state["enabled"]
-        and all(t is None or (t.device.type == "cpu" and t.dim() == 2) for t in tensors)
-    )
+    """Whether the fused kernel will run on these (B, T) tensors: built, enabled, and all of them on the CPU.
+
+    The first CPU call that finds the kernel missing warns once (the tensor code is several times slower there).
+    """
+    if not (_state["enabled"] and all(t is None or (t.device.type == "cpu" and t.dim() == 2) for t in tensors)):
+        return False
+    if _gae_kernel is None and not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(
+            "ragen.algorithms._gae_kernel is not built, so the GAE family runs its slower tensor code on CPU "
+            "tensors; build it with `pip install -e .` (needs a C++ compiler), or set RAGEN_FUSED_GAE=0 to "
+            "silence this", RuntimeWarning, stacklevel=3,
+        )
+    return _gae_kernel is not None
 
 
 def gae_family(

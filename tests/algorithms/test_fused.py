@@ -9,6 +9,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,20 @@ def test_a_build_older_than_its_source_is_not_used(tmp_path):
     copy.write_bytes(source.read_bytes() + b"// edited\n")
     with pytest.warns(RuntimeWarning, match="older _gae_kernel.cpp.*pip install -e"):
         assert fused._load_kernel(copy) is None
+
+
+def test_a_missing_kernel_warns_once_and_falls_back(monkeypatch):
+    inp = random_inputs(3, seed=2, dtype=torch.float64)
+    want = compute_advantage("bilevel_gae", inp, lam=0.9)
+    monkeypatch.setattr(fused, "_gae_kernel", None)
+    monkeypatch.setitem(fused._state, "warned", False)
+    with pytest.warns(RuntimeWarning, match="not built.*pip install -e"):
+        got = compute_advantage("bilevel_gae", inp, lam=0.9)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once only
+        compute_advantage("bilevel_gae", inp, lam=0.9)
 
 
 def test_environment_switch_forces_the_tensor_path():

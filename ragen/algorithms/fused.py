@@ -101,15 +101,16 @@ def gae_family(
     high_level_lam: float = 1.0,
     turn_level_weight: float = 0.0,
     skip_env_tokens: bool = True,
-    reward_to_go: bool = False,
+    return_mode: str = "adv_plus_value",
 ) -> tuple[Tensor, Tensor]:
     """(adv, ret), each (B, T) of ``dtype`` (float32 or float64), exactly 0 off ``response_mask``.
 
     name: one of :data:`MODES`. token_rewards, values: (B, T), any float dtype (converted to ``dtype``).
     response_mask: (B, T), > 0 on model tokens. turn_ids: (B, T) integer (k on turn k, -1 elsewhere), or
     None for ``gae``, whose units are then the runs of consecutive model tokens. bootstrap: (B,) value after a
-    row's last step, or None (0). Raises ValueError, naming the row and position, when ``turn_ids`` breaks the
-    contract (>= 0 exactly on model tokens; each row's turns numbered 0, 1, ... as contiguous runs).
+    row's last step, or None (0). The scalars mean what they mean in :mod:`ragen.algorithms.gae` (``return_mode``
+    is checked there). Raises ValueError, naming the row and position, when ``turn_ids`` breaks the contract
+    (>= 0 exactly on model tokens; each row's turns numbered 0, 1, ... as contiguous runs).
     """
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"the fused GAE kernel computes in float32 or float64, got dtype={dtype}")
@@ -133,7 +134,7 @@ def gae_family(
         MODES[name], B, T, dtype == torch.float64, r.data_ptr(), v.data_ptr(), mask.data_ptr(), mask.element_size(),
         0 if ids is None else ids.data_ptr(), boot.data_ptr(), adv.data_ptr(), ret.data_ptr(), float(gamma),
         float(lam), float(high_level_gamma), float(high_level_lam), float(turn_level_weight), bool(skip_env_tokens),
-        bool(reward_to_go),
+        return_mode == "reward_to_go",
     )
     if code == _ERR_CONTRACT:
         raise contract_error(turn_ids, response_mask, row, pos)

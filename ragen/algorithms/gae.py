@@ -143,7 +143,7 @@ def gae(
     if fused.usable(token_rewards, values, response_mask, turn_ids):
         return fused.gae_family(
             "gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma, lam=lam,
-            skip_env_tokens=skip_env_tokens, reward_to_go=return_mode == "reward_to_go",
+            skip_env_tokens=skip_env_tokens, return_mode=return_mode,
         )
     # units: the turns, or the maximal runs of consecutive model tokens
     units = run_view(response_mask) if turn_ids is None else turn_view(turn_ids, response_mask)
@@ -208,7 +208,7 @@ def turn_gae(
         return fused.gae_family(
             "turn_gae", token_rewards, values, response_mask, turn_ids, bootstrap,
             dtype=_out_dtype(token_rewards, values), high_level_gamma=high_level_gamma,
-            high_level_lam=high_level_lam, reward_to_go=return_mode == "reward_to_go",
+            high_level_lam=high_level_lam, return_mode=return_mode,
         )
     return _turn_outputs(
         token_rewards, values, turn_view(turn_ids, response_mask), high_level_gamma=high_level_gamma,
@@ -242,7 +242,7 @@ def bilevel_gae(
         return fused.gae_family(
             "bilevel_gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma,
             lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
-            reward_to_go=return_mode == "reward_to_go",
+            return_mode=return_mode,
         )
     tv = turn_view(turn_ids, response_mask)
     r, v = token_rewards.to(dtype), values.to(dtype)
@@ -295,7 +295,7 @@ def weighted_gae(
             "weighted_gae", token_rewards, values, response_mask, turn_ids, bootstrap, dtype=dtype, gamma=gamma,
             lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
             turn_level_weight=turn_level_weight, skip_env_tokens=skip_env_tokens,
-            reward_to_go=return_mode == "reward_to_go",
+            return_mode=return_mode,
         )
     tv = turn_view(turn_ids, response_mask)
     r, v = token_rewards.to(dtype), values.to(dtype)

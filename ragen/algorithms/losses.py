@@ -142,6 +142,26 @@ def kl_estimate(log_probs: Tensor, ref_log_probs: Tensor, kind: str = "k1") -> T
     raise ValueError(f"unknown KL estimator {kind!r}; choose one of {KL_KINDS}")
 
 
+def kl_penalties(
+    log_probs: Tensor,
+    ref_log_probs: Tensor,
+    mask: Tensor,
+    *,
+    coef: float,
+    kind: str = "k1",
+) -> tuple[Tensor, dict[str, float]]:
+    """KL as a reward penalty: the per-token terms ``-coef * KL_t`` on masked tokens, 0 elsewhere, (B, T).
+
+    They go to the estimators as ``AdvantageInputs.token_penalties``, which apply each at its own token at the
+    token level (bi-level GAE's low level included) and sum them into the turn reward at the turn level.
+    Metrics: actor/reward_kl_penalty (mean per-token KL over the mask), actor/reward_kl_penalty_coef.
+    """
+    m = mask.bool()
+    kl = torch.where(m, kl_estimate(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
+    metrics = {"actor/reward_kl_penalty": float(masked_mean(kl, m)), "actor/reward_kl_penalty_coef": float(coef)}
+    return -coef * kl, metrics
+
+
 def kl_reward_penalty(
     token_rewards: Tensor,
     log_probs: Tensor,
@@ -151,16 +171,10 @@ def kl_reward_penalty(
     coef: float,
     kind: str = "k1",
 ) -> tuple[Tensor, dict[str, float]]:
-    """KL as a reward penalty: r_t - coef * KL_t on masked tokens (rewards elsewhere unchanged).
-
-    The turn-level estimators sum the rewards over each turn's model tokens, so the penalty counts there too.
-    Metrics: actor/reward_kl_penalty (mean per-token KL over the mask), actor/reward_kl_penalty_coef.
-    """
-    m = mask.bool()
-    kl = torch.where(m, kl_estimate(log_probs, ref_log_probs, kind), torch.zeros_like(log_probs))
-    out = token_rewards - coef * kl.to(token_rewards.dtype)
-    metrics = {"actor/reward_kl_penalty": float(masked_mean(kl, m)), "actor/reward_kl_penalty_coef": float(coef)}
-    return out, metrics
+    """``token_rewards`` plus :func:`kl_penalties`: r_t - coef * KL_t on masked tokens (rewards elsewhere
+    unchanged)."""
+    pen, metrics = kl_penalties(log_probs, ref_log_probs, mask, coef=coef, kind=kind)
+    return token_rewards + pen.to(token_rewards.dtype), metrics
 
 
 def kl_loss(

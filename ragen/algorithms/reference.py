@@ -22,12 +22,15 @@ class _Rows:
         sel = self.rows
         self.T = T
         self.r = inp.token_rewards[sel].tolist()
+        pen = inp.token_penalties[sel].tolist() if inp.token_penalties is not None else None
+        self.p = pen if pen is not None else [[0.0] * T for _ in sel]  # per-token penalties (0 without)
         self.m = inp.response_mask[sel].tolist()
         self.tid = inp.turn_ids[sel].tolist()
         self.v = inp.values[sel].tolist() if inp.values is not None else None
         self.trunc = inp.truncated[sel].tolist() if inp.truncated is not None else [False] * len(sel)
-        self.att = inp.attention_mask[sel].tolist() if inp.attention_mask is not None else None
+        self.boot = inp.bootstrap_values[sel].tolist() if inp.bootstrap_values is not None else None
         self.group = inp.group_ids[sel].tolist() if inp.group_ids is not None else None
+        self.failed = inp.failed[sel].tolist() if inp.failed is not None else [False] * len(sel)
 
     def model(self, i: int) -> list[int]:
         return [t for t in range(self.T) if self.m[i][t]]
@@ -41,14 +44,12 @@ class _Rows:
         return [by_turn[k] for k in sorted(by_turn)]
 
     def bootstrap(self, i: int) -> float:
-        if not self.trunc[i] or self.v is None:
-            return 0.0
-        real = self.att[i] if self.att is not None else self.m[i]
-        last = -1
-        for t in range(self.T):
-            if real[t]:
-                last = t
-        return self.v[i][last] if last >= 0 else 0.0
+        """V after the row's last step: the given bootstrap value on truncated rows, 0 on rows that ended."""
+        return self.boot[i] if self.trunc[i] and self.boot is not None else 0.0
+
+    def reward(self, i: int, t: int) -> float:
+        """Reward plus penalty of a model token (0 elsewhere)."""
+        return self.r[i][t] + self.p[i][t] if self.m[i][t] else 0.0
 
     def zeros(self) -> list[list[float]]:
         return [[0.0] * self.T for _ in self.rows]
@@ -64,7 +65,7 @@ def gae_ref(inp, *, gamma=1.0, lam=1.0, skip_env_tokens=True, return_mode="adv_p
         steps = model if skip_env_tokens else list(range(model[0], model[-1] + 1))
         next_v, a, g = d.bootstrap(i), 0.0, 0.0
         for t in reversed(steps):
-            r = d.r[i][t] if d.m[i][t] else 0.0
+            r = d.reward(i, t)
             a = r + gamma * next_v - d.v[i][t] + gamma * lam * a
             g = r + gamma * g
             if d.m[i][t]:
@@ -74,31 +75,31 @@ def gae_ref(inp, *, gamma=1.0, lam=1.0, skip_env_tokens=True, return_mode="adv_p
     return adv, ret
 
 
-def _turn_level_ref(d: _Rows, i: int, gamma_h: float, lam_h: float):
-    """(A^H_k, V(e_k), r_k, reward-to-go_k) lists for row i."""
+def _turn_level_ref(d: _Rows, i: int, gamma_h: float, lam_h: float, *, with_penalties: bool):
+    """(turns, A^H_k, V(s_k), reward-to-go_k) lists for row i; V(s_k) is the value at turn k's first token."""
     turns = d.turns(i)
     n = len(turns)
-    r = [sum(d.r[i][t] for t in turn) for turn in turns]
-    v_end = [d.v[i][turn[-1]] for turn in turns]
+    r = [sum(d.reward(i, t) if with_penalties else d.r[i][t] for t in turn) for turn in turns]
+    v_start = [d.v[i][turn[0]] for turn in turns]
     adv_h, rtg = [0.0] * n, [0.0] * n
     a, g = 0.0, 0.0
     for k in reversed(range(n)):
-        next_v = v_end[k + 1] if k + 1 < n else d.bootstrap(i)
-        a = r[k] + gamma_h * next_v - v_end[k] + gamma_h * lam_h * a
+        next_v = v_start[k + 1] if k + 1 < n else d.bootstrap(i)
+        a = r[k] + gamma_h * next_v - v_start[k] + gamma_h * lam_h * a
         g = r[k] + gamma_h * g
         adv_h[k], rtg[k] = a, g
-    return turns, adv_h, v_end, rtg
+    return turns, adv_h, v_start, rtg
 
 
 def turn_gae_ref(inp, *, high_level_gamma=0.95, high_level_lam=1.0, return_mode="adv_plus_value", rows=None):
     d = _Rows(inp, rows)
     adv, ret = d.zeros(), d.zeros()
     for i in range(len(d.rows)):
-        turns, adv_h, v_end, rtg = _turn_level_ref(d, i, high_level_gamma, high_level_lam)
+        turns, adv_h, v_start, rtg = _turn_level_ref(d, i, high_level_gamma, high_level_lam, with_penalties=True)
         for k, turn in enumerate(turns):
             for t in turn:
                 adv[i][t] = adv_h[k]
-                ret[i][t] = adv_h[k] + v_end[k] if return_mode == "adv_plus_value" else rtg[k]
+                ret[i][t] = adv_h[k] + v_start[k] if return_mode == "adv_plus_value" else rtg[k]
     return adv, ret
 
 
@@ -107,16 +108,16 @@ def bilevel_gae_ref(inp, *, gamma=1.0, lam=1.0, high_level_gamma=0.95, high_leve
     d = _Rows(inp, rows)
     adv, ret = d.zeros(), d.zeros()
     for i in range(len(d.rows)):
-        turns, adv_h, v_end, rtg = _turn_level_ref(d, i, high_level_gamma, high_level_lam)
+        turns, adv_h, v_start, rtg = _turn_level_ref(d, i, high_level_gamma, high_level_lam, with_penalties=False)
         for k, turn in enumerate(turns):
-            target = adv_h[k] + v_end[k]
+            target = adv_h[k] + v_start[k]
             a = 0.0
             for j in reversed(range(len(turn))):
                 t = turn[j]
                 if j == len(turn) - 1:
-                    a = target - d.v[i][t]
+                    a = d.p[i][t] + target - d.v[i][t]
                 else:
-                    a = gamma * d.v[i][turn[j + 1]] - d.v[i][t] + gamma * lam * a
+                    a = d.p[i][t] + gamma * d.v[i][turn[j + 1]] - d.v[i][t] + gamma * lam * a
                 adv[i][t] = a
                 ret[i][t] = a + d.v[i][t] if return_mode == "adv_plus_value" else rtg[k]
     return adv, ret
@@ -166,12 +167,24 @@ def _fill_rows(d: _Rows, per_row: list[float]):
 
 
 def _totals(d: _Rows) -> list[float]:
-    return [sum(d.r[i][t] for t in d.model(i)) for i in range(len(d.rows))]
+    return [sum(d.reward(i, t) for t in d.model(i)) for i in range(len(d.rows))]
+
+
+def _valid_keys(d: _Rows, keys: list) -> list:
+    """Group keys with failed rows moved to groups of their own (None: scored 0, counted nowhere)."""
+    return [None if d.failed[i] else k for i, k in enumerate(keys)]
+
+
+def _group_scores_valid(d: _Rows, keys: list, xs: list[float], *, eps: float, norm_by_std: bool) -> list[float]:
+    keys = _valid_keys(d, keys)
+    scores = _group_scores([("failed", i) if k is None else k for i, k in enumerate(keys)], xs, eps=eps,
+                           norm_by_std=norm_by_std)
+    return [0.0 if k is None else s for k, s in zip(keys, scores, strict=True)]
 
 
 def grpo_ref(inp, *, eps=1e-6, norm_by_std=True):
     d = _Rows(inp)
-    return _fill_rows(d, _group_scores(d.group, _totals(d), eps=eps, norm_by_std=norm_by_std))
+    return _fill_rows(d, _group_scores_valid(d, d.group, _totals(d), eps=eps, norm_by_std=norm_by_std))
 
 
 def rloo_ref(inp):
@@ -179,8 +192,9 @@ def rloo_ref(inp):
     totals = _totals(d)
     scores = []
     for i in range(len(d.rows)):
-        others = [totals[j] for j in range(len(d.rows)) if j != i and d.group[j] == d.group[i]]
-        scores.append(totals[i] - sum(others) / len(others) if others else 0.0)
+        others = [totals[j] for j in range(len(d.rows))
+                  if j != i and d.group[j] == d.group[i] and not d.failed[j]]
+        scores.append(totals[i] - sum(others) / len(others) if others and not d.failed[i] else 0.0)
     return _fill_rows(d, scores)
 
 
@@ -191,7 +205,7 @@ def reinforce_pp_ref(inp, *, gamma=1.0, eps=1e-6):
     for i in range(len(d.rows)):
         g = 0.0
         for t in reversed(d.model(i)):
-            g = d.r[i][t] + gamma * g
+            g = d.reward(i, t) + gamma * g
             ret[i][t] = g
         flat += [ret[i][t] for t in d.model(i)]
     mean = sum(flat) / max(len(flat), 1)
@@ -217,10 +231,12 @@ def _per_turn_scores(d: _Rows, x: list[list[float]], *, eps, norm_by_std):
     keys, vals, where = [], [], []
     for i in range(len(d.rows)):
         for k in range(len(d.turns(i))):
-            keys.append((d.group[i], k))
+            keys.append(None if d.failed[i] else (d.group[i], k))
             vals.append(x[i][k])
             where.append((i, k))
-    scores = _group_scores(keys, vals, eps=eps, norm_by_std=norm_by_std)
+    scores = _group_scores([("failed", j) if k is None else k for j, k in enumerate(keys)], vals, eps=eps,
+                           norm_by_std=norm_by_std)
+    scores = [0.0 if k is None else s for k, s in zip(keys, scores, strict=True)]
     out = [[0.0] * len(d.turns(i)) for i in range(len(d.rows))]
     for (i, k), s in zip(where, scores, strict=True):
         out[i][k] = s
@@ -230,7 +246,7 @@ def _per_turn_scores(d: _Rows, x: list[list[float]], *, eps, norm_by_std):
 def ms_grpo_ref(inp, *, step_advantage_coef=1.0, eps=1e-6, norm_by_std=True):
     d = _Rows(inp)
     rt, ro = inp.step_rewards.tolist(), inp.outcome_rewards.tolist()
-    a_out = _group_scores(d.group, ro, eps=eps, norm_by_std=norm_by_std)
+    a_out = _group_scores_valid(d, d.group, ro, eps=eps, norm_by_std=norm_by_std)
     a_step = _per_turn_scores(d, rt, eps=eps, norm_by_std=norm_by_std)
     per_turn = [[a_out[i] + step_advantage_coef * s for s in a_step[i]] for i in range(len(d.rows))]
     return _turn_fill(d, per_turn)
@@ -245,20 +261,23 @@ def ms_po_ref(inp, *, discount_factor=1.0, eps=1e-6, norm_by_std=True):
 
 def gigpo_ref(inp, *, gamma=1.0, step_advantage_weight=1.0, eps=1e-6, norm_by_std=True):
     d = _Rows(inp)
-    a_ep = _group_scores(d.group, _totals(d), eps=eps, norm_by_std=norm_by_std)
+    a_ep = _group_scores_valid(d, d.group, _totals(d), eps=eps, norm_by_std=norm_by_std)
     keys, vals, where = [], [], []
     for i in range(len(d.rows)):
         turns = d.turns(i)
         g = 0.0
         disc = [0.0] * len(turns)
         for k in reversed(range(len(turns))):
-            g = sum(d.r[i][t] for t in turns[k]) + gamma * g
+            g = sum(d.reward(i, t) for t in turns[k]) + gamma * g
             disc[k] = g
         for k in range(len(turns)):
             keys.append((d.group[i], inp.turn_obs_keys[i][k]))
             vals.append(disc[k])
             where.append((i, k))
+    flat_rows = [i for i, _ in where]
+    keys = [("failed", j) if d.failed[i] else key for j, (i, key) in enumerate(zip(flat_rows, keys, strict=True))]
     scores = _group_scores(keys, vals, eps=eps, norm_by_std=norm_by_std)
+    scores = [0.0 if d.failed[i] else s for i, s in zip(flat_rows, scores, strict=True)]
     per_turn = [[a_ep[i]] * len(d.turns(i)) for i in range(len(d.rows))]
     for (i, k), s in zip(where, scores, strict=True):
         per_turn[i][k] += step_advantage_weight * s
@@ -289,15 +308,19 @@ def random_inputs(
     truncated_frac: float = 0.3,
     zero_reward_frac: float = 0.3,
     dense_reward_frac: float = 0.0,
+    penalties: bool = False,
+    failed_frac: float = 0.0,
     dtype=None,
     T: int | None = None,
 ) -> AdvantageInputs:
     """Random batch in the rollout layout: prompt, then min_turns..max_turns turns separated by env gaps, then padding.
 
     Turn ends carry rewards (some exactly 0); with ``dense_reward_frac`` other model tokens get small rewards
-    too (like a KL penalty). Env/pad positions get random values *and* random rewards, which every estimator
-    must ignore. Some rows are left-padded, some truncated (those end with an env observation to bootstrap
-    from). Lengths are capped at ``T`` (default: the longest row) by dropping turns that do not fit.
+    too. ``penalties`` adds random per-token ``token_penalties`` (like a KL penalty; garbage off model tokens);
+    ``failed_frac`` of the rows are marked ``failed``. Env/pad positions get random values *and* random rewards,
+    which every estimator must ignore. Some rows are left-padded, some truncated (those end with an env
+    observation; every row gets a random ``bootstrap_values`` entry, read only where truncated). Lengths are
+    capped at ``T`` (default: the longest row) by dropping turns that do not fit.
     """
     import random
 
@@ -355,4 +378,7 @@ def random_inputs(
         outcome_rewards=torch.randint(0, 3, (B,), generator=g).to(dt) / 2,
         turn_obs_keys=[[f"s{rng.randint(0, 2)}" for _ in range(max(num_turns[b], 0))] for b in range(B)],
         attention_mask=attn,
+        bootstrap_values=torch.randn(B, generator=g, dtype=torch.float64).to(dt),
+        token_penalties=(0.1 * torch.randn(B, T, generator=g, dtype=torch.float64)).to(dt) if penalties else None,
+        failed=torch.rand(B, generator=g) < failed_frac,
     )

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ragen.algorithms import fused
 from ragen.algorithms import gae as _gae
 from ragen.algorithms import group as _group
 from ragen.algorithms import turn_credit as _tc
@@ -28,18 +27,12 @@ Estimator = Callable[..., tuple[Tensor, Tensor]]
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered estimator: its adapter, the scalars it takes, the input fields it needs, whether its
-    outputs are already exactly 0 off ``response_mask`` (then :func:`compute_advantage` skips re-masking), and
-    ``checks_turns(inputs)``: True when the estimator itself checks the turn-id contract on these inputs, reading
-    ``response_mask`` in whatever integer dtype it has (then :func:`compute_advantage` skips that (B, T) check and
-    the bool conversion of the mask instead of reading the turn ids and the mask twice)."""
+    """A registered estimator: its adapter, the scalars it takes and the input fields it needs."""
 
     name: str
     fn: Estimator
     params: tuple[str, ...]
     needs: tuple[str, ...]
-    zero_off_mask: bool = False
-    checks_turns: Callable[[AdvantageInputs], bool] | None = None
 
 
 ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -49,16 +42,8 @@ SCALAR_NAMES = (
 )
 
 
-def register_estimator(
-    name: str, fn: Estimator, *, needs: tuple[str, ...] = (), zero_off_mask: bool = False,
-    checks_turns: Callable[[AdvantageInputs], bool] | None = None,
-) -> EstimatorSpec:
-    """Register ``fn(inputs, *, scalars...)`` under ``name``; the keyword-only params are the forwarded scalars.
-
-    ``zero_off_mask=True`` promises (adv, ret) are exactly 0 off ``response_mask``, saving two (B, T) passes.
-    ``checks_turns(inputs)`` returning True promises ``fn`` raises the turn-id contract errors itself and takes the
-    mask in its given dtype.
-    """
+def register_estimator(name: str, fn: Estimator, *, needs: tuple[str, ...] = ()) -> EstimatorSpec:
+    """Register ``fn(inputs, *, scalars...)`` under ``name``; the keyword-only params are the forwarded scalars."""
     if name in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"advantage estimator {name!r} is already registered; pick another name")
     sig = inspect.signature(fn)
@@ -74,9 +59,7 @@ def register_estimator(
     if unknown:
         fields = list(AdvantageInputs.__dataclass_fields__)
         raise ValueError(f"needs={unknown} are not AdvantageInputs fields ({fields})")
-    spec = EstimatorSpec(
-        name=name, fn=fn, params=params, needs=tuple(needs), zero_off_mask=zero_off_mask, checks_turns=checks_turns,
-    )
+    spec = EstimatorSpec(name=name, fn=fn, params=params, needs=tuple(needs))
     ADVANTAGE_ESTIMATORS[name] = spec
     return spec
 
@@ -108,10 +91,9 @@ def compute_advantage(
     spec = ADVANTAGE_ESTIMATORS.get(name)
     if spec is None:
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADVANTAGE_ESTIMATORS)}")
-    own_check = spec.checks_turns is not None and spec.checks_turns(inputs)  # one pass reads mask and turns
-    if not own_check and isinstance(inputs.response_mask, Tensor) and inputs.response_mask.dtype != torch.bool:
+    if isinstance(inputs.response_mask, Tensor) and inputs.response_mask.dtype != torch.bool:
         inputs = dataclasses.replace(inputs, response_mask=inputs.response_mask > 0)  # one bool mask for all uses
-    inputs.validate(spec.needs, check_turn_contract=not own_check)
+    inputs.validate(spec.needs)
     scalars = dict(
         gamma=gamma, lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
         turn_level_weight=turn_level_weight, skip_env_tokens=skip_env_tokens, return_mode=return_mode,
@@ -119,15 +101,10 @@ def compute_advantage(
         step_advantage_weight=step_advantage_weight, eps=eps,
     )
     adv, ret = spec.fn(inputs, **{k: scalars[k] for k in spec.params})
-    if spec.zero_off_mask and not whiten:
-        return adv, ret
     model = inputs.response_mask
-    if whiten:
-        adv = masked_whiten(adv, model, eps=eps)  # exactly 0 off the mask
     zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
-    if not whiten:
-        adv = torch.where(model, adv, zero)
-    return adv, (ret if spec.zero_off_mask else torch.where(model, ret, zero.to(ret.dtype)))
+    adv = masked_whiten(adv, model, eps=eps) if whiten else torch.where(model, adv, zero)  # 0 off the mask
+    return adv, torch.where(model, ret, zero.to(ret.dtype))
 
 
 # ---- adapters: AdvantageInputs -> pure tensor functions -------------------------------------------------------
@@ -136,22 +113,23 @@ def compute_advantage(
 def _gae_adapter(inp: AdvantageInputs, *, gamma, lam, skip_env_tokens, return_mode):
     return _gae.gae(
         inp.token_rewards, inp.values, inp.response_mask, gamma=gamma, lam=lam, skip_env_tokens=skip_env_tokens,
-        bootstrap=inp.bootstrap_values(), return_mode=return_mode, turn_ids=inp.turn_ids,
+        bootstrap=inp.bootstrap(), return_mode=return_mode, token_penalties=inp.token_penalties,
     )
 
 
 def _turn_gae_adapter(inp: AdvantageInputs, *, high_level_gamma, high_level_lam, return_mode):
     return _gae.turn_gae(
         inp.token_rewards, inp.values, inp.response_mask, inp.turn_ids, high_level_gamma=high_level_gamma,
-        high_level_lam=high_level_lam, bootstrap=inp.bootstrap_values(), return_mode=return_mode,
+        high_level_lam=high_level_lam, bootstrap=inp.bootstrap(), return_mode=return_mode,
+        token_penalties=inp.token_penalties,
     )
 
 
 def _bilevel_gae_adapter(inp: AdvantageInputs, *, gamma, lam, high_level_gamma, high_level_lam, return_mode):
     return _gae.bilevel_gae(
         inp.token_rewards, inp.values, inp.response_mask, inp.turn_ids, gamma=gamma, lam=lam,
-        high_level_gamma=high_level_gamma, high_level_lam=high_level_lam, bootstrap=inp.bootstrap_values(),
-        return_mode=return_mode,
+        high_level_gamma=high_level_gamma, high_level_lam=high_level_lam, bootstrap=inp.bootstrap(),
+        return_mode=return_mode, token_penalties=inp.token_penalties,
     )
 
 
@@ -162,54 +140,51 @@ def _weighted_gae_adapter(
     return _gae.weighted_gae(
         inp.token_rewards, inp.values, inp.response_mask, inp.turn_ids, turn_level_weight=turn_level_weight,
         gamma=gamma, lam=lam, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
-        skip_env_tokens=skip_env_tokens, bootstrap=inp.bootstrap_values(), return_mode=return_mode,
+        skip_env_tokens=skip_env_tokens, bootstrap=inp.bootstrap(), return_mode=return_mode,
+        token_penalties=inp.token_penalties,
     )
 
 
 def _grpo_adapter(inp: AdvantageInputs, *, eps, norm_by_std):
-    return _group.grpo(inp.token_rewards, inp.response_mask, inp.group_ids, eps=eps, norm_by_std=norm_by_std)
+    return _group.grpo(inp.rewards_with_penalties(), inp.response_mask, inp.group_ids, eps=eps,
+                       norm_by_std=norm_by_std, failed=inp.failed)
 
 
 def _rloo_adapter(inp: AdvantageInputs):
-    return _group.rloo(inp.token_rewards, inp.response_mask, inp.group_ids)
+    return _group.rloo(inp.rewards_with_penalties(), inp.response_mask, inp.group_ids, failed=inp.failed)
 
 
 def _reinforce_pp_adapter(inp: AdvantageInputs, *, gamma, eps):
-    return _group.reinforce_pp(inp.token_rewards, inp.response_mask, gamma=gamma, eps=eps)
+    return _group.reinforce_pp(inp.rewards_with_penalties(), inp.response_mask, gamma=gamma, eps=eps)
 
 
 def _ms_grpo_adapter(inp: AdvantageInputs, *, step_advantage_coef, eps, norm_by_std):
     return _tc.ms_grpo(
         inp.step_rewards, inp.outcome_rewards, inp.response_mask, inp.turn_ids, inp.group_ids,
-        step_advantage_coef=step_advantage_coef, eps=eps, norm_by_std=norm_by_std,
+        step_advantage_coef=step_advantage_coef, eps=eps, norm_by_std=norm_by_std, failed=inp.failed,
     )
 
 
 def _ms_po_adapter(inp: AdvantageInputs, *, discount_factor, eps, norm_by_std):
     return _tc.ms_po(
         inp.step_rewards, inp.outcome_rewards, inp.response_mask, inp.turn_ids, inp.group_ids,
-        discount_factor=discount_factor, eps=eps, norm_by_std=norm_by_std,
+        discount_factor=discount_factor, eps=eps, norm_by_std=norm_by_std, failed=inp.failed,
     )
 
 
 def _gigpo_adapter(inp: AdvantageInputs, *, gamma, step_advantage_weight, eps, norm_by_std):
     return _tc.gigpo(
-        inp.token_rewards, inp.response_mask, inp.turn_ids, inp.group_ids, inp.turn_obs_keys, gamma=gamma,
-        step_advantage_weight=step_advantage_weight, eps=eps, norm_by_std=norm_by_std,
+        inp.rewards_with_penalties(), inp.response_mask, inp.turn_ids, inp.group_ids, inp.turn_obs_keys,
+        gamma=gamma, step_advantage_weight=step_advantage_weight, eps=eps, norm_by_std=norm_by_std,
+        failed=inp.failed,
     )
 
 
-def _fused_checks_turns(inp: AdvantageInputs) -> bool:
-    """The fused CPU kernel checks the turn-id contract in the pass that locates the turns."""
-    return fused.usable(inp.token_rewards, inp.values, inp.response_mask, inp.turn_ids)
-
-
 _STEP_SPLIT = ("step_rewards", "outcome_rewards", "group_ids")
-_GAE_FAMILY = dict(needs=("values",), zero_off_mask=True, checks_turns=_fused_checks_turns)
-register_estimator("gae", _gae_adapter, **_GAE_FAMILY)
-register_estimator("turn_gae", _turn_gae_adapter, **_GAE_FAMILY)
-register_estimator("bilevel_gae", _bilevel_gae_adapter, **_GAE_FAMILY)
-register_estimator("weighted_gae", _weighted_gae_adapter, **_GAE_FAMILY)
+register_estimator("gae", _gae_adapter, needs=("values",))
+register_estimator("turn_gae", _turn_gae_adapter, needs=("values",))
+register_estimator("bilevel_gae", _bilevel_gae_adapter, needs=("values",))
+register_estimator("weighted_gae", _weighted_gae_adapter, needs=("values",))
 register_estimator("grpo", _grpo_adapter, needs=("group_ids",))
 register_estimator("rloo", _rloo_adapter, needs=("group_ids",))
 register_estimator("reinforce_pp", _reinforce_pp_adapter)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
@@ -20,10 +21,17 @@ HEAD_FILE = "value_head.safetensors"
 
 
 class ValueModel(nn.Module):
-    """values = head(backbone(input_ids).last_hidden_state), shape (B, T), fp32.
+    """A scalar value head on a causal LM's backbone; ``forward`` returns (values, last_values), fp32.
 
     ``backbone``: the base model of a ``*ForCausalLM`` (``model.model``), i.e. without its lm_head.
-    ``values[:, t]`` is V(s_t), the value of the state after reading tokens 0..t.
+    Position convention (the one every estimator reads, as in verl / OpenRLHF / TRL): ``values[:, t]`` is V of
+    the context *before* token t, the head on the hidden state at t - 1 -- the same position the policy's
+    log-prob of token t comes from. So the value of a model token's state has not read that token (the head on
+    hidden[t] itself would be Q(s_t, a_t): a baseline that already contains the action cancels its advantage).
+    ``values[:, 0] = 0``, and so is every position whose previous position is padding. ``last_values`` (B,) is
+    the head on the last real token: V of the state after the whole sequence, which no position of ``values``
+    holds; it is the bootstrap of rows cut by a length budget. The shift happens here, per row, so in the
+    ``turn`` layout each turn sample is shifted inside itself before any gather.
     """
 
     def __init__(self, backbone: PreTrainedModel, head_init_std: float = 0.0):
@@ -50,13 +58,24 @@ class ValueModel(nn.Module):
         """The decoder layers (FSDP2 shards each one)."""
         return self.backbone.layers
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """input_ids, attention_mask: (B, T) (right or left padded) -> values (B, T) fp32, 0 on padding."""
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """input_ids, attention_mask: (B, T) (right or left padded) -> (values (B, T), last_values (B,)), fp32.
+
+        See the class docstring for the positions: ``values[:, t] = head(hidden[t - 1])`` where both t - 1 and t
+        are real tokens (0 elsewhere); ``last_values[b] = head(hidden[last real token of row b])`` (0 for an empty
+        row).
+        """
         from ragen.workers.logprob import hidden_states
 
         hidden = hidden_states(self.backbone, input_ids, attention_mask)
-        values = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()
-        return values * attention_mask.to(values.dtype)
+        after = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()  # after[:, t]: has read token t
+        real = attention_mask > 0
+        prev_real = F.pad(real[:, :-1], (1, 0), value=False)
+        values = torch.where(real & prev_real, F.pad(after[:, :-1], (1, 0)), 0.0)
+        T = real.shape[1]
+        last = (real * torch.arange(1, T + 1, device=real.device)).argmax(dim=1)  # last real position (0: none)
+        last_values = torch.where(real.any(dim=1), after.gather(1, last[:, None]).squeeze(1), 0.0)
+        return values, last_values
 
     def save(self, directory: str | Path, state: dict[str, torch.Tensor] | None = None) -> None:
         """Write the backbone (``save_pretrained``) and the head to ``directory``.

@@ -5,8 +5,9 @@
 
 Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (old log-probs, no grad) and
 ``update`` (1 mini-batch of all sequences, micro-batches of ``--micro`` with gradient accumulation, chunked
-log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same bf16
-autocast, full log_softmax over the logits, the same clipped loss formula, backward, clip, AdamW step.
+log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same precision
+(``--precision``, default ``auto``: bf16 autocast where the CPU has native bf16, else fp32), full log_softmax
+over the logits, the same clipped loss formula, backward, clip, AdamW step.
 Prints the phase breakdown, tokens/s and ``ratio = bare_time / ours`` (goal >= 0.8). The two loops alternate
 and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
 only ever adds time.
@@ -33,11 +34,11 @@ def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0):
     return TrainBatch(ids, attn, resp, advantages=adv)
 
 
-def bare_step(model, opt, batch, micro: int, clip: float) -> float:
+def bare_step(model, opt, batch, micro: int, clip: float, precision: str) -> float:
     """One plain training step: full logits, log_softmax, PPO clipped token-mean loss, AdamW."""
     n_tok = float(batch.response_mask[:, 1:].sum())
     for part in batch.chunk(micro):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits = model(input_ids=part.input_ids, attention_mask=part.attention_mask).logits
         logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         lp = logp.gather(-1, part.input_ids[:, 1:, None]).squeeze(-1)
@@ -66,14 +67,18 @@ def main() -> None:
     p.add_argument("--micro", type=int, default=4, help="micro-batch size (sequences) for both loops")
     p.add_argument("--repeats", type=int, default=3, help="timed steps per loop after one warm-up step")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="mixed precision of both loops (auto: bf16 only where the CPU has native bf16)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
     from ragen.models import DEFAULT_MODEL, load_model
+    from ragen.utils.hardware import resolve_precision
     from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker
 
     name = args.model or DEFAULT_MODEL
-    cfg = ActorConfig(lr=1e-6, mini_batch_size=args.batch, micro_batch_size=args.micro, mixed_precision="bf16",
+    precision, why = resolve_precision(args.precision, torch.device("cpu"))
+    cfg = ActorConfig(lr=1e-6, mini_batch_size=args.batch, micro_batch_size=args.micro, mixed_precision=precision,
                       clip_high=0.2)
     ours, t_init = timed(lambda: LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=cfg))
     vocab = ours.worker.config.vocab_size
@@ -90,7 +95,7 @@ def main() -> None:
     ours_times, bare_times = [], []
     for i in range(args.repeats + 1):  # alternate so background load hits both loops alike; step 0 = warm-up
         metrics, t_ours = timed(lambda: ours.call("update", batch))
-        _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2))
+        _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2, precision))
         print(f"step {i}{' (warm-up)' if i == 0 else ''}: ours update {t_ours:.2f} s, bare {t_bare:.2f} s, "
               f"pg_loss {metrics['actor/pg_loss']:.4f}, grad_norm {metrics['actor/grad_norm']:.3f}", flush=True)
         if i > 0:
@@ -99,7 +104,7 @@ def main() -> None:
     # best of N: on a shared machine background load only ever adds time, so the minimum is the estimate
     t_ours, t_bare = min(ours_times), min(bare_times)
     print(f"\nmodel {name}, batch {args.batch} x {args.seq_len} ({tokens} tokens, response on the second half), "
-          f"micro {args.micro}, threads {torch.get_num_threads()}, bf16 autocast + fp32 master weights")
+          f"micro {args.micro}, threads {torch.get_num_threads()}, {precision} compute + fp32 master weights ({why})")
     print(f"  worker init             {t_init:7.2f} s")
     print(f"  phase log-probs (old)   {t_lp:7.2f} s   {tokens / t_lp:8.0f} tokens/s")
     print(f"  phase actor update      {t_ours:7.2f} s   {tokens / t_ours:8.0f} tokens/s  (best of {len(ours_times)})")

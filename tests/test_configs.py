@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from ragen.trainer.compose import compose, config_dir, to_train_config
 from ragen.trainer.config import SECTIONS, ConfigError, TrainConfig, default_section_values
-from ragen.trainer.validate import validate
+from ragen.trainer.validate import STEP_SPLIT_ESTIMATORS, validate
 
 CONFIG = config_dir()
 PRIMARY = sorted(p.stem for p in CONFIG.glob("*.yaml"))
@@ -35,6 +35,8 @@ def test_group_options_compose(group, option):
         cfg = to_train_config(compose("base", overrides))  # needs GPUs to validate
         assert cfg.trainer.device == "cuda" and cfg.rollout.engine == "vllm"
         return
+    if group == "algorithm" and option in STEP_SPLIT_ESTIMATORS:  # they need an env with a step/outcome split
+        overrides.append("env=search_qa")
     composed = compose("base", overrides)
     missing = sorted(OmegaConf.missing_keys(composed))
     if missing:  # e.g. a data path the user must give: a clear error names it
@@ -85,3 +87,28 @@ def test_launch_configs_select_their_experiment():
     assert (multi.env.name, multi.algorithm.estimator, multi.algorithm.skip_env_tokens) == ("frozen_lake", "gae", True)
     bilevel = to_train_config(compose("ppo_bilevel"))
     assert (bilevel.env.name, bilevel.algorithm.estimator) == ("sokoban", "bilevel_gae")
+
+
+def test_precision_defaults_are_auto():
+    cfg = to_train_config(compose("base"))
+    assert (cfg.actor.mixed_precision, cfg.critic.mixed_precision, cfg.rollout.dtype) == ("auto", "auto", "auto")
+    assert cfg.critic.worker_config().mixed_precision == "auto"  # resolved by the workers, never in the config
+
+
+def test_validation_decodes_greedily_by_default(default_tokenizer):
+    """rollout.val_temperature=0 (default) builds a greedy validation proxy; training keeps agent.temperature;
+    null means agent.temperature. A greedy validation rollout runs and is deterministic."""
+    from ragen.models import tiny_model
+    from ragen.rollout.hf import HFEngine
+    from ragen.trainer.builders import build_proxies
+
+    cfg = to_train_config(compose("base", ["rollout.val_n_groups=2", "agent.max_new_tokens=6"]))
+    assert cfg.rollout.val_temperature == 0.0
+    engine = HFEngine(tiny_model(tokenizer=default_tokenizer, seed=0), default_tokenizer)
+    train, val = build_proxies(cfg, engine, default_tokenizer)
+    assert train.cfg.temperature == cfg.agent.temperature == 1.0 and val.cfg.temperature == 0.0
+    first, again = val.rollout("val"), val.rollout("val")
+    assert first.input_ids.shape[0] == 2 and first.input_ids.equal(again.input_ids)
+    _, same = build_proxies(to_train_config(compose("base", ["rollout.val_temperature=null"])), engine,
+                            default_tokenizer)
+    assert same.cfg.temperature == 1.0

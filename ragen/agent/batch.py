@@ -52,7 +52,8 @@ class RolloutBatch:
       turn's reward on the turn's last model token, 0 elsewhere), sample_log_probs (float, the engine's
       log-prob of each model token, 0 elsewhere).
     Per trajectory: group_ids (B,) long (same env seed = same group), turn_rewards (B, K) float (0 past the
-      last turn), num_turns (B,) long, truncated (B,) bool (episode hit max_turn without finishing: bootstrap),
+      last turn), num_turns (B,) long, truncated (B,) bool (cut by a length budget, ``max_model_len``, while
+      the episode went on: the GAE family bootstraps it; rows that end by the env or by max_turn are terminal),
       step_rewards (B, K) / outcome_rewards (B,) float when the env reports a step/outcome split (else None),
       turn_obs_keys (the observation text each turn acted on, for gigpo).
     ``metrics`` holds namespaced rollout metrics such as ``env/<name>/success``.

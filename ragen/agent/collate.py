@@ -4,7 +4,10 @@ Layouts (DESIGN.md, "Two layouts"):
 
 * ``trajectory``: one row per episode, ``[prompt][turn 0][env][turn 1]...`` built from the exact sampled ids.
   When ``max_context_window`` or ``max_model_len`` cut a prompt, the row still holds the full history, so
-  for those turns it differs from what the model saw (``extra["context_cut"]`` flags such rows).
+  for those turns it differs from what the model saw (``extra["context_cut"]`` flags such rows). Such a row
+  trains nothing (like a failed episode: ``turn_ids`` -1, hence ``response_mask`` 0, and ``token_rewards`` 0),
+  since its log-probs and values would be of a context the model never saw; ``rollout/context_cut_ratio``
+  counts the cut episodes and the first cut batch of a run warns once, recommending ``agent.layout=turn``.
 * ``turn``: one row per generated turn: the exact prompt the model saw + its response. Per-episode fields
   (``group_ids``, ``turn_rewards``, ``num_turns``, ``truncated``, ``turn_obs_keys``, ``episodes``) are
   repeated on every row of the episode; ``extra["episode_index"]`` / ``extra["turn_index"]`` (B,) map rows
@@ -16,6 +19,7 @@ model token), so every episode keeps a row and attention never covers an empty r
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -24,6 +28,9 @@ import torch
 from ragen.agent.batch import RolloutBatch
 from ragen.agent.context import EpisodeContext
 from ragen.agent.env_manager import EnvSlot
+
+# Warn-once flags of this process (one training run).
+_state = {"warned_context_cut": False}
 
 
 @dataclass
@@ -57,6 +64,8 @@ def build_batch(
 ) -> RolloutBatch:
     """The batch of ``slots``' finished episodes (see the module docstring for the layouts)."""
     rows = _rows(slots, contexts, pad_id, layout)
+    cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
+    masked = [c and layout == "trajectory" for c in cut]  # a cut trajectory row is not what the model saw
     b, t = len(rows), max(len(r.ids) for r in rows)
     k_max = max(1, max(len(s.turn_rewards) for s in slots))
     input_ids = torch.full((b, t), pad_id, dtype=torch.long)
@@ -79,13 +88,17 @@ def build_batch(
             pos = (turn_ids[i] == k).nonzero()
             if len(pos):  # the reward sits on the turn's last model token
                 token_rewards[i, int(pos[-1])] = r
-        if slot.failed:  # a failed episode trains nothing (module docstring of ragen.agent.rollout)
+        if slot.failed or masked[i]:  # trains nothing (failed: module docstring of ragen.agent.rollout)
             turn_ids[i] = -1
             token_rewards[i] = 0.0
     episode = torch.tensor([r.episode for r in rows], dtype=torch.long)
     picked = [slots[r.episode] for r in rows]
-    split = any(s.has_split for s in slots)
-    cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
+    # the split exists when the env declares it, even if no turn of this batch got to step the env
+    split = any(s.has_split or getattr(s.env, "STEP_OUTCOME_SPLIT", False) for s in slots)
+    metrics = env_metrics(slots)
+    metrics["rollout/context_cut_ratio"] = _context_cut_ratio(contexts)
+    if any(masked):
+        _warn_context_cut(sum(masked), len(rows))
     return RolloutBatch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -101,13 +114,33 @@ def build_batch(
         outcome_rewards=torch.tensor([s.outcome_reward for s in picked], dtype=torch.float32) if split else None,
         turn_obs_keys=[list(s.obs_keys) for s in picked],
         episodes=[s.record for s in picked if s.record is not None],
-        metrics=env_metrics(slots),
+        metrics=metrics,
         extra={
             "failed": torch.tensor([s.failed for s in picked], dtype=torch.bool),
             "context_cut": torch.tensor(cut, dtype=torch.bool),
             "episode_index": episode,
             "turn_index": torch.tensor([r.turn for r in rows], dtype=torch.long),
         },
+    )
+
+
+def _context_cut_ratio(contexts: list[EpisodeContext | None]) -> float:
+    """Fraction of episodes with some turn generated from a prompt that did not hold the full history."""
+    return sum(ctx is not None and ctx.history_cut for ctx in contexts) / max(len(contexts), 1)
+
+
+def _warn_context_cut(n_cut: int, n_rows: int) -> None:
+    """Once per run: trajectory rows are being masked out because their history was cut."""
+    if _state["warned_context_cut"]:
+        return
+    _state["warned_context_cut"] = True
+    warnings.warn(
+        f"{n_cut} of {n_rows} trajectory rows had history cut from a prompt (agent.max_model_len or "
+        "agent.max_context_window), so a row is not what the model saw at every turn; those rows are masked out of "
+        "training (metric rollout/context_cut_ratio). Use agent.layout=turn to train on the exact per-turn prompts, "
+        "or raise agent.max_model_len (this warning is shown once per run)",
+        UserWarning,
+        stacklevel=3,
     )
 
 

@@ -54,8 +54,8 @@ class AgentConfig:
             raise ValueError(
                 f"AgentConfig.max_model_len ({self.max_model_len}) must exceed max_new_tokens ({self.max_new_tokens})"
             )
-        if self.temperature <= 0:
-            raise ValueError(f"AgentConfig.temperature must be > 0 (got {self.temperature}); use a small value")
+        if self.temperature < 0:  # 0 = greedy (validation); training needs > 0, checked by ActorConfig
+            raise ValueError(f"AgentConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if not self.think_tag or not self.answer_tag:

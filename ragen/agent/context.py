@@ -136,7 +136,7 @@ class EpisodeContext:
     turn_starts: list[int] = field(default_factory=list)  # index in ``ids`` where turn k's response starts
     turn_prompts: list[list[int]] = field(default_factory=list)  # the exact prompt of each generated turn
     responses: list[tuple[list[int], list[float]]] = field(default_factory=list)  # sampled ids, log-probs
-    history_cut: bool = False  # some turn's prompt did not hold the full history (window or max_model_len)
+    history_cut: bool = False  # some generated turn's prompt did not hold the full history (use_plan sets it)
     _heads: dict[int, list[int]] = field(default_factory=dict)
 
     def head(self, turn: int) -> list[int]:
@@ -171,22 +171,34 @@ class EpisodeContext:
     def num_turns(self) -> int:
         return len(self.turn_starts)
 
+    def _prompt_len(self, start: int) -> int:
+        """Length of the prompt that keeps turns ``start..`` (``start == num_turns``: no history at all)."""
+        if start == 0:
+            return len(self.ids)
+        tail = len(self.ids) - self.turn_starts[start] if start < self.num_turns else 0
+        return len(self.head(start)) + tail
+
     def plan(self, window: int | None, max_model_len: int, max_new_tokens: int) -> PromptPlan:
         """The prompt of the next turn: the last ``window`` turns of history that leave room for the response.
 
-        History is dropped oldest-first while ``len(prompt) + max_new_tokens > max_model_len``; when even the
-        history-free prompt does not fit, the response budget shrinks to what is left (possibly < 1: the
-        caller then ends the episode).
+        History is dropped oldest-first while ``len(prompt) + max_new_tokens > max_model_len``, down to the
+        history-free prompt ``head(k)`` (a fresh first message with only the latest observation). When even that
+        does not fit, the response budget shrinks to what is left (possibly < 1: the caller then ends the episode
+        as truncated). Pure: the caller records the plan it uses with :meth:`use_plan`.
         """
         k = self.num_turns
         first = 0 if window is None else max(0, k - window)
         start = first
-        while True:
-            length = len(self.ids) if start == 0 else len(self.head(start)) + len(self.ids) - self.turn_starts[start]
-            if length + max_new_tokens <= max_model_len or start == k:
-                break
+        while start < k and self._prompt_len(start) + max_new_tokens > max_model_len:
             start += 1
-        ids = self.ids if start == 0 else self.head(start) + self.ids[self.turn_starts[start] :]
+        if start == 0:
+            ids = list(self.ids)
+        else:
+            ids = self.head(start) + (self.ids[self.turn_starts[start] :] if start < k else [])
         budget = min(max_new_tokens, max_model_len - len(ids))
-        self.history_cut = self.history_cut or start > 0
-        return PromptPlan(ids=list(ids), max_new_tokens=budget, start_turn=start, truncated=start > first)
+        return PromptPlan(ids=ids, max_new_tokens=budget, start_turn=start, truncated=start > first)
+
+    def use_plan(self, plan: PromptPlan) -> None:
+        """Record that the next turn is generated from ``plan`` (its exact prompt; whether it cut history)."""
+        self.turn_prompts.append(plan.ids)
+        self.history_cut = self.history_cut or plan.start_turn > 0

@@ -88,7 +88,9 @@ class AgentProxy:
                 break
         for slot in manager.slots:
             assert slot.record is not None
-            slot.record.truncated = not slot.done and not slot.failed
+            # cut by a length budget while the episode went on (bootstrap); max_turn is a true end (the prompt
+            # states the turns left), and so is the env's done
+            slot.record.truncated = slot.stopped and not slot.done and not slot.failed
         batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout)
         batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
         return batch
@@ -138,7 +140,7 @@ class AgentProxy:
             ids = list(sample.token_ids)[: plan.max_new_tokens]
             log_probs = list(sample.log_probs)[: plan.max_new_tokens]
             stats["cutoffs"] += int(not ids or ids[-1] != self.fmt.eot_id)
-            contexts[i].turn_prompts.append(plan.ids)
+            contexts[i].use_plan(plan)
             contexts[i].add_response(ids, log_probs)
             self._act(manager.slots[i], contexts[i], ids)
         return True
@@ -183,20 +185,8 @@ class AgentProxy:
         ctx.add_user(self._user_text(slot, legal, ctx.num_turns, note))
 
     def _user_text(self, slot: EnvSlot, legal: str, turn: int, note: str) -> str:
-        """The user message of ``turn``: observation, legal actions, actions left and the format reminder."""
-        cfg = self.cfg
-        turns_left = slot.max_turn - turn
-        m = slot.max_actions
-        sep = f", separated by '{cfg.action_sep}'" if m > 1 else ""
-        think = f"<{cfg.think_tag}>your reasoning</{cfg.think_tag}>" if cfg.think else ""
-        example = "action" if m == 1 else f"action1 {cfg.action_sep} action2"
-        answer = f"<{cfg.answer_tag}>{example}</{cfg.answer_tag}>"
-        return (
-            f"{note}Turn {turn + 1}. State:\n{slot.observation}\n"
-            f"Legal actions: {legal}\n"
-            f"You have {turns_left * m} action(s) left ({turns_left} turn(s), at most {m} action(s) per turn{sep}).\n"
-            f"Always respond in the format {think}{answer}."
-        )
+        """The user message of ``turn`` (see :func:`user_text`)."""
+        return user_text(self.cfg, slot.observation, legal, turn, slot.max_turn, slot.max_actions, note)
 
     def _agent_metrics(self, stats: dict, total_s: float) -> dict[str, float]:
         gen = stats["generate_s"]
@@ -209,3 +199,25 @@ class AgentProxy:
             "agent/time/generate_s": gen,
             "agent/time/outside_generate_frac": (total_s - gen) / total_s if total_s > 0 else 0.0,
         }
+
+
+def user_text(cfg: Any, observation: str, legal: str, turn: int, max_turn: int, max_actions: int,
+              note: str = "") -> str:
+    """The user message of ``turn``: observation, legal actions, actions left and the format reminder.
+
+    ``cfg``: an ``AgentConfig`` or the trainer's agent section (``action_sep``, ``think``, ``think_tag``,
+    ``answer_tag`` are read). A function of the config and the env's texts, so config validation sizes prompts
+    with the same text the proxy sends.
+    """
+    turns_left = max_turn - turn
+    m = max_actions
+    sep = f", separated by '{cfg.action_sep}'" if m > 1 else ""
+    think = f"<{cfg.think_tag}>your reasoning</{cfg.think_tag}>" if cfg.think else ""
+    example = "action" if m == 1 else f"action1 {cfg.action_sep} action2"
+    answer = f"<{cfg.answer_tag}>{example}</{cfg.answer_tag}>"
+    return (
+        f"{note}Turn {turn + 1}. State:\n{observation}\n"
+        f"Legal actions: {legal}\n"
+        f"You have {turns_left * m} action(s) left ({turns_left} turn(s), at most {m} action(s) per turn{sep}).\n"
+        f"Always respond in the format {think}{answer}."
+    )

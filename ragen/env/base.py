@@ -9,8 +9,9 @@ An environment is a small object that plays one episode at a time:
   actions that are legal *now*, as text, so prompts can show them.
 
 ``StepResult.info`` always carries ``action_is_valid``, ``action_is_effective`` and ``success``.
-Environments with turn-level credit (e.g. ``search_qa``) may add ``step_reward`` and ``outcome_reward``
-to ``info``; the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``.
+Environments with turn-level credit (e.g. ``search_qa``) add ``step_reward`` and ``outcome_reward`` to
+``info`` and say so with the class attribute ``STEP_OUTCOME_SPLIT = True`` (read by config validation before
+any worker starts); the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``.
 Invalid or garbage actions never raise: they return ``action_is_valid=False`` and leave the state as is.
 """
 
@@ -58,6 +59,7 @@ _REGISTRY: dict[str, Callable[..., Env]] = {}
 # Each module registers its env(s) with ``@register(name)`` when imported.
 _BUILTIN_MODULES: dict[str, str] = {
     "bandit": "ragen.env.bandit",
+    "delayed_choice": "ragen.env.delayed_choice",
     "frozen_lake": "ragen.env.frozen_lake",
     "sokoban": "ragen.env.sokoban",
     "countdown": "ragen.env.countdown",
@@ -100,6 +102,12 @@ def _lookup(name: str) -> Callable[..., Env]:
     if name not in _REGISTRY:
         raise ValueError(f"unknown env {name!r}; registered envs: {', '.join(names())}")
     return _REGISTRY[name]
+
+
+def reports_step_split(name: str) -> bool:
+    """True when env ``name`` reports the step / outcome reward split (``STEP_OUTCOME_SPLIT``) that MS-GRPO and
+    MS-PO need."""
+    return bool(getattr(_lookup(name), "STEP_OUTCOME_SPLIT", False))
 
 
 def make(name: str, **config: Any) -> Env:

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import device, needs_critic, needs_ref, world_size
+from ragen.trainer.derived import (
+    actor_worker_config,
+    critic_worker_config,
+    device,
+    needs_critic,
+    needs_ref,
+    world_size,
+)
+from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
 
 # Share of one GPU each role's ranks request, so actor / critic / reference ranks colocate on the same GPUs.
 GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
@@ -55,6 +63,8 @@ def start_ray(cfg: TrainConfig) -> None:
         return
     address = os.environ.get("RAY_ADDRESS")
     env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    if os.environ.get(ENV_VAR):  # the workers resolve precision "auto" themselves: pass the override on
+        env_vars[ENV_VAR] = os.environ[ENV_VAR]
     if cfg.trainer.num_threads:
         env_vars["OMP_NUM_THREADS"] = str(cfg.trainer.num_threads)
     if address:
@@ -83,21 +93,25 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kw
 
 
 def build_workers(cfg: TrainConfig, model_path: str) -> dict[str, Any]:
-    """``{"actor": group, "critic": group | None, "ref": group | None}``."""
+    """``{"actor": group, "critic": group | None, "ref": group | None}``.
+
+    Workers get their configs with ``total_steps`` resolved (``derived.actor_worker_config``: null = derived from
+    ``trainer.total_steps``); the frozen config itself is unchanged."""
     from ragen.workers import CriticWorker, PolicyWorker
 
     threads = worker_threads(cfg)
+    actor_cfg = actor_worker_config(cfg)
     groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", model_name_or_path=model_path,
-                                                  cfg=cfg.actor, role="actor", num_threads=threads)}
+                                                  cfg=actor_cfg, role="actor", num_threads=threads)}
     groups["ref"] = None
     if needs_ref(cfg):
-        groups["ref"] = make_group(cfg, PolicyWorker, "ref", model_name_or_path=model_path, cfg=cfg.actor,
+        groups["ref"] = make_group(cfg, PolicyWorker, "ref", model_name_or_path=model_path, cfg=actor_cfg,
                                    role="ref", num_threads=threads)
     groups["critic"] = None
     if needs_critic(cfg):
         groups["critic"] = make_group(cfg, CriticWorker, "critic",
                                       model_name_or_path=cfg.critic.model_path or model_path,
-                                      cfg=cfg.critic.worker_config(), num_threads=threads)
+                                      cfg=critic_worker_config(cfg), num_threads=threads)
     return groups
 
 
@@ -112,12 +126,33 @@ def worker_threads(cfg: TrainConfig) -> int | None:
     return max(1, (os.cpu_count() or 1) // ranks)
 
 
+def precision_summary(cfg: TrainConfig) -> str:
+    """One log line: the concrete precision of the actor, critic and engine on this run's device, and why.
+
+    ``auto`` is resolved by ``ragen.utils.hardware`` (the workers resolve it again on their own device, which is
+    the same hardware unless a Ray cluster mixes node types); the config itself keeps ``auto``.
+    """
+    dev = device(cfg)
+    settings = {"actor": (cfg.actor.mixed_precision, resolve_precision),
+                "critic": (cfg.critic.mixed_precision, resolve_precision),
+                "rollout": (cfg.rollout.dtype, resolve_dtype)}
+    parts, auto_reason = [], ""
+    for name, (setting, resolve) in settings.items():
+        choice, reason = resolve(setting, dev)
+        parts.append(f"{name}={choice} ({'auto' if setting == 'auto' else 'set'})")
+        if setting == "auto":
+            auto_reason = reason.split(": ", 1)[1]
+    line = f"[ragen] precision on {dev}: " + " ".join(parts)
+    return line + (f"; auto: {auto_reason}" if auto_reason else "")
+
+
 def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any) -> Any:
-    """The rollout engine (``rollout.engine``) over the policy's initial weights."""
+    """The rollout engine (``rollout.engine``) over the policy's initial weights, its weight dtype resolved from
+    ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32)."""
     from ragen.rollout import make_engine
 
-    return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg),
-                       dtype=cfg.rollout.dtype)
+    dtype, _ = resolve_dtype(cfg.rollout.dtype, device(cfg))
+    return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype)
 
 
 def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, Any]:

@@ -72,7 +72,10 @@ class RolloutSection:
 
     One training batch = ``n_groups`` groups of ``group_size`` envs (the envs of a group share a seed);
     validation = ``val_n_groups`` x ``val_group_size`` on the fixed seeds ``val_seed + g``.
-    ``engine``: ``hf`` (CPU/GPU) or ``vllm`` (GPU). ``dtype``: the engine's weight dtype.
+    ``engine``: ``hf`` (CPU/GPU) or ``vllm`` (GPU). ``dtype``: the engine's weight dtype, ``auto`` (bfloat16 where
+    the device computes bf16 natively, else float32; ``ragen.utils.hardware``), ``bfloat16``, ``float32`` or
+    ``float16``. ``val_temperature``: sampling temperature of validation rollouts, 0 = greedy (the default:
+    validation measures the policy's best guess and is never trained on), null = ``agent.temperature``.
     """
 
     engine: str = "hf"
@@ -81,8 +84,8 @@ class RolloutSection:
     val_n_groups: int = 16
     val_group_size: int = 1
     val_seed: int = 100000
-    dtype: str = "bfloat16"
-    val_temperature: float | None = None
+    dtype: str = "auto"
+    val_temperature: float | None = 0.0
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,9 @@ class AlgorithmSection:
     The scalars are passed to ``compute_advantage`` as is. ``kl_in_reward`` subtracts
     ``kl_coef * KL_kind(pi_old || pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``).
     ``rollout_filter_ratio`` keeps that fraction of groups, those with the highest in-group reward std
-    (RAGEN's rollout filtering; 1.0 keeps all).
+    (RAGEN's rollout filtering; 1.0 keeps all). ``use_step_reward=false`` trains on the outcome reward only:
+    each turn's step reward is taken out of the token rewards (envs with a step / outcome split, e.g. search_qa;
+    the "GRPO on the outcome reward" baseline of MS-GRPO's experiments).
     """
 
     estimator: str = "gae"
@@ -143,6 +148,7 @@ class AlgorithmSection:
     kl_coef: float = 0.001
     kl_kind: str = "k1"
     rollout_filter_ratio: float = 1.0
+    use_step_reward: bool = True
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """The keyword scalars of ``compute_advantage``."""

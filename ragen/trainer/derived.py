@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ragen.trainer.config import TrainConfig
+from ragen.workers.config import ActorConfig, CriticConfig
 
 # Estimators that normalise within env groups and so need group_size >= 2.
 GROUP_ESTIMATORS = ("grpo", "rloo", "ms_grpo", "ms_po", "gigpo")
@@ -65,3 +67,85 @@ def kept_groups(cfg: TrainConfig) -> int:
 def train_batch_size(cfg: TrainConfig) -> int:
     """Sequences per training step after filtering (``turn`` layout: one row per turn, so this counts episodes)."""
     return kept_groups(cfg) * cfg.rollout.group_size
+
+
+def optimizer_steps_per_trainer_step(cfg: TrainConfig, role: str) -> int:
+    """Optimizer steps one ``update`` of ``role`` (actor / critic) runs: ppo_epochs x mini-batches of the batch.
+
+    Trajectory layout: ``train_batch_size / mini_batch_size`` mini-batches. Turn layout: the row count varies,
+    so this uses its upper bound, one row per turn of every episode (``env.max_turn`` turns each).
+    """
+    section = cfg.actor if role == "actor" else cfg.critic
+    rows = train_batch_size(cfg) * (cfg.env.max_turn if cfg.agent.layout == "turn" else 1)
+    return section.ppo_epochs * max(1, math.ceil(rows / section.mini_batch_size))
+
+
+def worker_total_steps(cfg: TrainConfig, role: str) -> int:
+    """``<role>.total_steps`` (optimizer steps, the horizon of the cosine schedule); null = derived from
+    ``trainer.total_steps``: the trainer steps that update ``role`` (the actor skips ``trainer.critic_warmup``)
+    times :func:`optimizer_steps_per_trainer_step`."""
+    section = cfg.actor if role == "actor" else cfg.critic
+    if section.total_steps is not None:
+        return int(section.total_steps)
+    updates = cfg.trainer.total_steps - (cfg.trainer.critic_warmup if role == "actor" else 0)
+    return max(1, updates) * optimizer_steps_per_trainer_step(cfg, role)
+
+
+def actor_worker_config(cfg: TrainConfig) -> ActorConfig:
+    """The policy workers' config: ``cfg.actor`` with ``total_steps`` resolved (the frozen config is unchanged)."""
+    return dataclasses.replace(cfg.actor, total_steps=worker_total_steps(cfg, "actor"))
+
+
+def critic_worker_config(cfg: TrainConfig) -> CriticConfig:
+    """The critic workers' config: ``cfg.critic`` without trainer-only keys, ``total_steps`` resolved."""
+    return cfg.critic.worker_config(total_steps=worker_total_steps(cfg, "critic"))
+
+
+# Characters per token used to size prompts without a tokenizer: BPE tokenizers average 3-4.5 characters per
+# token on English text and fewer on grids and symbols, so this rarely overestimates.
+CHARS_PER_TOKEN = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenEstimate:
+    """Tokens of one ``trajectory`` row at worst-case response lengths, estimated without a tokenizer.
+
+    ``first_prompt``: system prompt + env instructions + the first user message; ``observations``: the user
+    messages of turns 1..max_turn-1; ``responses``: ``env.max_turn * agent.max_new_tokens``. The chat template's
+    own tokens are not counted, so ``total`` is an estimate from below.
+    """
+
+    first_prompt: int
+    observations: int
+    responses: int
+
+    @property
+    def total(self) -> int:
+        return self.first_prompt + self.observations + self.responses
+
+
+def env_texts(cfg: TrainConfig) -> tuple[str, str, str]:
+    """(instructions, first observation, legal actions) of one env built from ``cfg.env``; empty strings when the
+    env cannot be built here (its errors surface in the rollout, where each env failure is isolated)."""
+    import ragen.env
+
+    try:
+        env = ragen.env.make(cfg.env.name, **dict(cfg.env.config))
+        observation = env.reset(cfg.trainer.seed)
+        return str(env.instructions), str(observation), str(env.legal_actions())
+    except Exception:  # noqa: BLE001 - an estimate: fall back to the proxy's own text
+        return "", "", ""
+
+
+def trajectory_token_estimate(cfg: TrainConfig) -> TokenEstimate:
+    """Estimate a trajectory row's tokens (see :class:`TokenEstimate`): the proxy's user messages rendered with
+    the env's real texts (the first observation stands in for later ones), at :data:`CHARS_PER_TOKEN`."""
+    from ragen.agent.rollout import user_text
+
+    ag, turns, actions = cfg.agent, cfg.env.max_turn, cfg.env.max_actions_per_turn
+    instructions, observation, legal = env_texts(cfg)
+    prefix = len(ag.response_prefix)
+    first = (len(ag.system_prompt or "") + len(instructions) + 2 + prefix
+             + len(user_text(ag, observation, legal, 0, turns, actions)))
+    rest = sum(len(user_text(ag, observation, legal, k, turns, actions)) + prefix for k in range(1, turns))
+    return TokenEstimate(first // CHARS_PER_TOKEN, rest // CHARS_PER_TOKEN, turns * ag.max_new_tokens)

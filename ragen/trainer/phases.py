@@ -5,6 +5,7 @@ Each function takes tensors / batches plus explicit scalars (never the whole con
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -49,25 +50,66 @@ def to_train_batch(batch: RolloutBatch) -> TrainBatch:
                       response_mask=batch.response_mask)
 
 
+def without_step_rewards(batch: RolloutBatch) -> RolloutBatch:
+    """The batch with each turn's step reward taken off its last model token (outcome-only rewards).
+
+    ``token_rewards`` holds each turn's whole reward (step + outcome) on the turn's last model token; envs with a
+    step / outcome split report ``step_rewards`` (B, K). Works for both layouts (a turn row holds one turn).
+    """
+    if batch.step_rewards is None:
+        raise ValueError("algorithm.use_step_reward=false needs an env that reports step rewards (e.g. search_qa)")
+    tid, steps = batch.turn_ids, batch.step_rewards.float()
+    B, T = tid.shape
+    K = steps.shape[1]
+    pos = torch.arange(T).expand(B, T)
+    last = torch.full((B, K + 1), -1).scatter_reduce(1, torch.where(tid >= 0, tid, K), pos, "amax")[:, :K]
+    rows, ks = (last >= 0).nonzero(as_tuple=True)
+    rewards = batch.token_rewards.float().clone()
+    rewards[rows, last[rows, ks]] -= steps[rows, ks]
+    return dataclasses.replace(batch, token_rewards=rewards)
+
+
+def advantage_inputs(
+    batch: RolloutBatch, values: torch.Tensor | None, last_values: torch.Tensor | None,
+    token_penalties: torch.Tensor | None,
+) -> AdvantageInputs:
+    """The estimators' view of a trajectory-layout batch.
+
+    values: (B, T) or None, ``values[:, t]`` = V of the context before token t (``ValueModel``'s convention);
+    last_values: (B,) V after each row's last real token, the bootstrap of ``batch.truncated`` rows (rows cut by
+    a length budget); token_penalties: (B, T) per-token reward terms (KL in the reward) or None.
+    """
+    return AdvantageInputs(
+        token_rewards=batch.token_rewards.float(), response_mask=batch.response_mask, turn_ids=batch.turn_ids,
+        values=None if values is None else values.float(), group_ids=batch.group_ids, truncated=batch.truncated,
+        step_rewards=batch.step_rewards, outcome_rewards=batch.outcome_rewards, turn_obs_keys=batch.turn_obs_keys,
+        attention_mask=batch.attention_mask, bootstrap_values=None if last_values is None else last_values.float(),
+        token_penalties=token_penalties, failed=excluded_rows(batch),
+    )
+
+
+def excluded_rows(batch: RolloutBatch) -> torch.Tensor | None:
+    """(B,) bool rows that train nothing and stay out of group statistics: failed episodes (the env raised) and
+    trajectory rows whose history was cut (``context_cut``: masked out in the trajectory layout)."""
+    failed, cut = batch.extra.get("failed"), batch.extra.get("context_cut")
+    if failed is None or cut is None or cut.shape != failed.shape:
+        return failed
+    return failed | (cut & (batch.response_mask.sum(dim=1) == 0))
+
+
 def advantages(
     estimator: str,
     batch: RolloutBatch,
-    token_rewards: torch.Tensor,
     values: torch.Tensor | None,
+    last_values: torch.Tensor | None = None,
+    token_penalties: torch.Tensor | None = None,
     **scalars,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``compute_advantage`` on a trajectory-layout batch; ``token_rewards`` (B, T) may include a KL penalty.
+    """``compute_advantage`` on a trajectory-layout batch (inputs as in :func:`advantage_inputs`).
 
-    ``values`` (B, T) or None for critic-free estimators. Returns (advantages, returns), (B, T), 0 off the
-    response.
+    Returns (advantages, returns), (B, T), 0 off the response.
     """
-    inputs = AdvantageInputs(
-        token_rewards=token_rewards.float(), response_mask=batch.response_mask, turn_ids=batch.turn_ids,
-        values=None if values is None else values.float(), group_ids=batch.group_ids, truncated=batch.truncated,
-        step_rewards=batch.step_rewards, outcome_rewards=batch.outcome_rewards, turn_obs_keys=batch.turn_obs_keys,
-        attention_mask=batch.attention_mask,
-    )
-    return compute_advantage(estimator, inputs, **scalars)
+    return compute_advantage(estimator, advantage_inputs(batch, values, last_values, token_penalties), **scalars)
 
 
 def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
@@ -97,7 +139,36 @@ def batch_metrics(batch: RolloutBatch, adv: torch.Tensor, ret: torch.Tensor,
     out.update(masked_stats("critic/returns", ret, resp))
     if values is not None:
         out.update(masked_stats("critic/values", values, resp))
+        ev = explained_variance(values, ret, resp)
+        if ev is not None:
+            out["critic/vf_explained_var"] = ev
     return out
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float | None:
+    """1 - Var(returns - values) / Var(returns) over ``mask`` (population variances): 1 for a perfect critic, 0
+    for one that predicts the mean, negative for one worse than that (None when the returns are constant)."""
+    m = mask.bool()
+    r, v = returns[m].double(), values[m].double()
+    var = r.var(unbiased=False) if r.numel() else torch.tensor(0.0)
+    if float(var) == 0.0:
+        return None
+    return float(1.0 - (r - v).var(unbiased=False) / var)
+
+
+def logprob_gap_metrics(engine_log_probs: torch.Tensor, old_log_probs: torch.Tensor,
+                        response_mask: torch.Tensor) -> dict[str, float]:
+    """Sampler-vs-trainer gap: mean and max of |engine log-prob - trainer log-prob| over response tokens.
+
+    ``engine_log_probs`` (B, T) = ``RolloutBatch.sample_log_probs`` (what the engine sampled with),
+    ``old_log_probs`` (B, T) = the actor's log-probs of the same tokens before the update. PPO's ratio assumes the
+    two agree; a large gap means an engine / trainer mismatch (precision, temperature, top-p/k, stale weights).
+    """
+    m = response_mask.bool()
+    if not m.any():
+        return {"rollout/logprob_diff_mean": 0.0, "rollout/logprob_diff_max": 0.0}
+    diff = (engine_log_probs.float() - old_log_probs.float()).abs()[m]
+    return {"rollout/logprob_diff_mean": float(diff.mean()), "rollout/logprob_diff_max": float(diff.max())}
 
 
 def perf_metrics(batch: RolloutBatch, step_seconds: float, timings: dict[str, float]) -> dict[str, float]:

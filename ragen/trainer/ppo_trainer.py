@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ragen.algorithms.losses import kl_penalties
 from ragen.trainer import builders, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
@@ -59,6 +60,7 @@ class PPOTrainer:
         if with_workers:
             builders.start_ray(cfg)
             self.workers = builders.build_workers(cfg, self.model_path)
+        tqdm.write(builders.precision_summary(cfg))
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -127,26 +129,26 @@ class PPOTrainer:
             tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
         with timed("old_log_probs", t):
             old_lp = actor.call("compute_log_probs", tb)
+        metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
         ref_lp = None
         if ref is not None:
             with timed("ref_log_probs", t):
                 ref_lp = ref.call("compute_log_probs", tb)
-        values = None
+        values = last_values = None
         if critic is not None:
             with timed("values", t):
-                values = critic.call("compute_values", tb)
+                values, last_values = critic.call("compute_values", tb)
         with timed("advantages", t):
-            rewards = batch.token_rewards.float()
+            penalties = None
             if cfg.algorithm.kl_in_reward:
-                from ragen.algorithms.losses import kl_reward_penalty
-
-                rewards, kl_metrics = kl_reward_penalty(rewards, old_lp[:n_real], ref_lp[:n_real],
-                                                        batch.response_mask, coef=cfg.algorithm.kl_coef,
-                                                        kind=cfg.algorithm.kl_kind)
+                penalties, kl_metrics = kl_penalties(old_lp[:n_real], ref_lp[:n_real], batch.response_mask,
+                                                     coef=cfg.algorithm.kl_coef, kind=cfg.algorithm.kl_kind)
                 metrics.update(kl_metrics)
             estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
             real_values = None if values is None else values[:n_real]
-            adv, ret = estimate(cfg.algorithm.estimator, batch, rewards, real_values,
+            scored = batch if cfg.algorithm.use_step_reward else phases.without_step_rewards(batch)
+            adv, ret = estimate(cfg.algorithm.estimator, scored, real_values,
+                                None if last_values is None else last_values[:n_real], penalties,
                                 **cfg.algorithm.advantage_kwargs())
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import (
+    CHARS_PER_TOKEN,
     GROUP_ESTIMATORS,
     device,
     estimator_needs_values,
@@ -15,13 +16,19 @@ from ragen.trainer.derived import (
     needs_ref,
     total_gpus,
     train_batch_size,
+    trajectory_token_estimate,
     uses_kl,
     world_size,
 )
+from ragen.utils.hardware import ENGINE_DTYPES
 
 ENGINES = ("hf", "vllm")
 RETURN_MODES = ("adv_plus_value", "reward_to_go")
 KL_KINDS = ("k1", "k2", "k3")
+# Estimators whose token-level GAE takes ``skip_env_tokens`` (False: env tokens are steps, their values read).
+SKIP_ENV_ESTIMATORS = ("gae", "weighted_gae")
+# Estimators that read the step / outcome reward split (``ragen.env.reports_step_split``).
+STEP_SPLIT_ESTIMATORS = ("ms_grpo", "ms_po")
 
 
 def _estimators() -> tuple[str, ...]:
@@ -49,6 +56,29 @@ def check_env(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def _check_step_split(cfg: TrainConfig) -> list[str]:
+    """MS-GRPO / MS-PO and ``use_step_reward=false`` need an env that reports the step / outcome split."""
+    import ragen.env
+
+    name, alg = cfg.env.name, cfg.algorithm
+    if name not in ragen.env.names() or ragen.env.reports_step_split(name):
+        return []
+    what = (f"algorithm.estimator={alg.estimator!r}" if alg.estimator in STEP_SPLIT_ESTIMATORS
+            else "algorithm.use_step_reward=false")
+    split = [n for n in ragen.env.names() if _split_or_false(n)]
+    return [f"{what} needs an env that reports step and outcome rewards separately, but env {name!r} does not; "
+            f"use one of {split} or another estimator (e.g. grpo)"]
+
+
+def _split_or_false(name: str) -> bool:
+    import ragen.env
+
+    try:
+        return ragen.env.reports_step_split(name)
+    except ImportError:  # an optional dependency of that env is missing: it cannot be the one asked for
+        return False
+
+
 def check_algorithm(cfg: TrainConfig) -> list[str]:
     alg, out = cfg.algorithm, []
     names = _estimators()
@@ -58,6 +88,8 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
     if estimator_needs_values(alg.estimator) and not needs_critic(cfg):
         out.append(f"algorithm.estimator={alg.estimator!r} needs a critic (values) but critic.enable=false; "
                    "set critic.enable=true (or null) or pick a critic-free estimator such as grpo")
+    if alg.estimator in STEP_SPLIT_ESTIMATORS or not alg.use_step_reward:
+        out += _check_step_split(cfg)
     if alg.estimator in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
         out.append(f"algorithm.estimator={alg.estimator!r} normalises within env groups and needs "
                    f"rollout.group_size >= 2, got {cfg.rollout.group_size}")
@@ -109,10 +141,8 @@ def check_agent(cfg: TrainConfig) -> list[str]:
     if ag.max_new_tokens >= ag.max_model_len:
         out.append(f"agent.max_new_tokens={ag.max_new_tokens} leaves no room for the prompt within "
                    f"agent.max_model_len={ag.max_model_len}; raise max_model_len or lower max_new_tokens")
-    elif ag.layout == "trajectory" and cfg.env.max_turn * ag.max_new_tokens >= ag.max_model_len:
-        out.append(f"prompt budget: env.max_turn * agent.max_new_tokens = {cfg.env.max_turn * ag.max_new_tokens} "
-                   f"tokens of responses alone exceed agent.max_model_len={ag.max_model_len}; raise "
-                   "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn")
+    elif ag.layout == "trajectory":
+        out += _check_trajectory_budget(cfg)
     window = ag.max_context_window
     if ag.layout == "trajectory" and window is not None and window < cfg.env.max_turn:
         out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
@@ -128,6 +158,36 @@ def check_agent(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def _check_trajectory_budget(cfg: TrainConfig) -> list[str]:
+    """The last turn's full-history prompt + its response must fit ``agent.max_model_len`` at worst-case response
+    lengths: prompt, observation and response tokens together (estimated, ``derived.trajectory_token_estimate``).
+    Otherwise history gets cut and the cut trajectory rows are masked out of training."""
+    ag, est = cfg.agent, trajectory_token_estimate(cfg)
+    if est.total <= ag.max_model_len:
+        return []
+    return [f"prompt budget: env.max_turn * agent.max_new_tokens = {est.responses} tokens of responses + about "
+            f"{est.first_prompt + est.observations} prompt and observation tokens (first prompt ~{est.first_prompt}, "
+            f"{cfg.env.max_turn - 1} later user message(s) ~{est.observations}; {CHARS_PER_TOKEN} characters per "
+            f"token) = {est.total} > agent.max_model_len={ag.max_model_len}: the last turns could not see the whole "
+            "history, and trajectory rows whose history is cut are masked out of training; raise "
+            "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]
+
+
+def check_credit(cfg: TrainConfig) -> list[str]:
+    """Critic and estimator settings under which values at env tokens would be trained or read wrongly."""
+    alg, out = cfg.algorithm, []
+    if needs_critic(cfg) and not cfg.critic.mask_env_tokens:
+        out.append("critic.mask_env_tokens=false trains the critic's values at prompt and env tokens toward a return "
+                   "of 0 (returns are 0 off model tokens), and no estimator reads values there; set "
+                   "critic.mask_env_tokens=true")
+    if alg.estimator in SKIP_ENV_ESTIMATORS and not alg.skip_env_tokens and alg.lam < 1.0:
+        out.append(f"algorithm.skip_env_tokens=false with algorithm.lam={alg.lam} < 1 makes "
+                   f"algorithm.estimator={alg.estimator!r} read critic values at env tokens, which the critic never "
+                   "trains (its loss covers model tokens only); set algorithm.skip_env_tokens=true (or "
+                   "algorithm.lam=1.0, where those values cancel out)")
+    return out
+
+
 def check_trainer(cfg: TrainConfig) -> list[str]:
     tr, out = cfg.trainer, []
     if tr.total_steps < 1 and not tr.val_only:
@@ -138,6 +198,12 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
         out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
     elif cfg.rollout.engine == "vllm" and device(cfg) != "cuda":
         out.append("rollout.engine=vllm needs GPUs; use rollout.engine=hf on CPU (or trainer=gpu on a GPU box)")
+    if cfg.rollout.dtype not in ENGINE_DTYPES:
+        out.append(f"rollout.dtype={cfg.rollout.dtype!r} is unknown; use one of {', '.join(ENGINE_DTYPES)} "
+                   "(auto = bfloat16 where the device computes bf16 natively, else float32)")
+    if cfg.rollout.val_temperature is not None and cfg.rollout.val_temperature < 0:
+        out.append(f"rollout.val_temperature={cfg.rollout.val_temperature} must be >= 0 (0 = greedy) or null "
+                   "(= agent.temperature)")
     if device(cfg) == "cuda" and total_gpus(cfg) < 1:
         out.append("trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0; set n_gpus_per_node")
     for role in ("actor", "critic", "ref"):
@@ -168,7 +234,7 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
 
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
-    problems = check_env(cfg) + check_algorithm(cfg) + check_trainer(cfg) + check_agent(cfg)
+    problems = check_env(cfg) + check_algorithm(cfg) + check_credit(cfg) + check_trainer(cfg) + check_agent(cfg)
     if not any("world_size" in p or "n_groups" in p for p in problems):
         problems += check_batches(cfg)
     if problems:

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragen.utils.hardware import MIXED_PRECISIONS
+
 LR_SCHEDULES = ("constant", "cosine")
-MIXED_PRECISION = ("bf16", "fp32")
+MIXED_PRECISION = MIXED_PRECISIONS  # ("auto", "bf16", "fp32")
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
 
@@ -31,9 +33,9 @@ def _check_common(cfg, prefix: str) -> None:
         raise ValueError(f"{prefix}.lr={cfg.lr} must be >= 0")
     if cfg.lr_schedule not in LR_SCHEDULES:
         raise ValueError(f"{prefix}.lr_schedule={cfg.lr_schedule!r} is unknown; use one of {LR_SCHEDULES}")
-    if cfg.lr_schedule == "cosine" and (cfg.total_steps is None or cfg.total_steps < 1):
-        raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), "
-                         f"got {cfg.total_steps}")
+    if cfg.lr_schedule == "cosine" and cfg.total_steps is not None and cfg.total_steps < 1:
+        raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps) or "
+                         f"null (derived from trainer.total_steps by the trainer), got {cfg.total_steps}")
     if cfg.warmup_steps < 0:
         raise ValueError(f"{prefix}.warmup_steps={cfg.warmup_steps} must be >= 0")
     if not 0.0 <= cfg.min_lr_ratio <= 1.0:
@@ -64,7 +66,9 @@ class ActorConfig:
     ``use_kl_loss`` (otherwise KL belongs in the reward, applied by the trainer).
     ``temperature`` must equal the rollout temperature: log-probs are of the sampling distribution.
     ``mixed_precision='bf16'`` = bf16 compute with fp32 master weights and optimizer state (GPU: FSDP2
-    MixedPrecisionPolicy; CPU: bf16 autocast); ``'fp32'`` = everything fp32 (tests, debugging).
+    MixedPrecisionPolicy; CPU: bf16 autocast); ``'fp32'`` = everything fp32 (tests, debugging); ``'auto'``
+    (default) = bf16 where the worker's device computes bf16 natively (bf16 GPUs, CPUs with AVX512_BF16 / AMX),
+    else fp32 (resolved by the worker, ``ragen.utils.hardware``; the config keeps ``'auto'``).
     ``log_prob_chunk_size`` = tokens per lm_head chunk in ``token_log_probs`` (bounds the logits memory);
     ``checkpoint_lm_head`` recomputes each chunk's logits in backward instead of keeping them.
     """
@@ -94,7 +98,7 @@ class ActorConfig:
     log_prob_chunk_size: int = 1024
     checkpoint_lm_head: bool = True
     gradient_checkpointing: bool = False
-    mixed_precision: str = "bf16"
+    mixed_precision: str = "auto"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -138,7 +142,7 @@ class CriticConfig:
     loss_agg: str = "token-mean"
     mask_env_tokens: bool = True
     gradient_checkpointing: bool = False
-    mixed_precision: str = "bf16"
+    mixed_precision: str = "auto"
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -50,18 +50,20 @@ class CriticWorker:
         tokens. (B, T)."""
         return batch.policy_mask if self.cfg.mask_env_tokens else batch.attention_mask
 
-    def _values(self, b: TrainBatch) -> torch.Tensor:
+    def _values(self, b: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         with D.compute_autocast(self.device, self.cfg.mixed_precision):
             return self.module(b.input_ids, b.attention_mask)
 
-    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
-        """Values (B_local, T) fp32 at every real token (0 on padding), no grad."""
+    def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values (B_local, T), last_values (B_local,)) fp32, no grad, in the convention of ``ValueModel``:
+        ``values[:, t]`` is V of the context before token t; ``last_values`` is V after the last real token (the
+        bootstrap of rows cut by a length budget)."""
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, self._values)
 
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
         mask = self.loss_mask(b)
-        values = self._values(b)
+        values, _ = self._values(b)
         loss, m = value_loss(values, b.values, b.returns, mask, clip=self.cfg.value_clip, agg=self.cfg.loss_agg,
                              num_tokens=num_tokens, num_seqs=num_seqs)
         n = float(mask.bool().sum())

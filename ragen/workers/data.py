@@ -108,3 +108,23 @@ class TrainBatch:
             raise ValueError("TrainBatch.cat needs at least one batch")
         names = batches[0].tensors().keys()
         return replace(batches[0], **{k: torch.cat([b.tensors()[k] for b in batches]) for k in names})
+
+
+def shard_rows(batch_size: int, world_size: int, mini_batch_size: int | None = None) -> list[torch.Tensor]:
+    """Row indices (long tensors) of each rank's part of a batch of ``batch_size`` rows.
+
+    With a global ``mini_batch_size`` that divides the batch and is a multiple of ``world_size``, the global
+    mini-batches are formed first (consecutive blocks of ``mini_batch_size`` rows, as at world size 1) and each is
+    split evenly over the ranks: rank r holds rows ``m * mb + r * mb / W ...`` of every mini-batch m, in order. So
+    rank r's i-th local mini-batch is its share of the i-th global one and an update sees the same mini-batches
+    at every world size. Otherwise (no or non-dividing ``mini_batch_size``): ``world_size`` consecutive parts.
+    """
+    if world_size < 1 or batch_size % world_size:
+        raise ValueError(f"cannot split {batch_size} rows evenly over {world_size} ranks; make the batch size a "
+                         f"multiple of {world_size}")
+    rows = torch.arange(batch_size)
+    mb = mini_batch_size
+    if mb is None or mb < 1 or batch_size % mb or mb % world_size:
+        return list(rows.view(world_size, -1))
+    local = mb // world_size
+    return list(rows.view(batch_size // mb, world_size, local).transpose(0, 1).reshape(world_size, -1))

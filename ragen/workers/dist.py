@@ -8,10 +8,13 @@ Sharding: with world size > 1 every decoder layer is its own FSDP2 unit (``fully
 Mixed precision (``"bf16"``): bf16 compute with fp32 master weights, gradients and AdamW state.
   - GPU + sharded: FSDP2 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``.
   - CPU (and unsharded GPU): ``torch.autocast(device, bfloat16)`` around forward. FSDP2's policy also works
-    with gloo, but on this 2-core AVX512-BF16 CPU (SmolLM2-135M, 4 x 512 tokens, one rank) its all-bf16
+    with gloo, but on a 2-core AVX512-BF16 CPU (SmolLM2-135M, 4 x 512 tokens, one rank) its all-bf16
     step measured 29 s (backward 21 s) against 11 s (backward 4 s) with autocast (bf16 matmuls, fp32
     elementwise ops and gradients).
-``"fp32"`` runs everything in fp32 (tests, debugging).
+``"fp32"`` runs everything in fp32 (CPUs without native bf16, tests, debugging).
+``"auto"`` (the config default) is resolved here, on the worker's own device, by
+``ragen.utils.hardware.resolve_precision``: bf16 where the device computes it natively, else fp32 (an AVX2-only
+CPU emulates bf16 matmuls ~60x slower than fp32).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from ragen.utils.hardware import resolve_precision
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int = 29500,
@@ -53,11 +58,11 @@ def is_sharded() -> bool:
 
 
 def shard_model(model: nn.Module, layers: Iterable[nn.Module], *, device: torch.device,
-                mixed_precision: str = "bf16") -> nn.Module:
+                mixed_precision: str = "auto") -> nn.Module:
     """Move ``model`` to ``device`` and, when sharded, apply FSDP2 to each of ``layers`` then the root.
 
-    Parameters stay fp32 (master weights). On GPU with ``mixed_precision='bf16'`` the FSDP2 policy casts
-    them to bf16 for compute; elsewhere ``compute_autocast`` provides bf16 compute.
+    Parameters stay fp32 (master weights). On GPU with ``mixed_precision`` resolving to bf16 the FSDP2 policy
+    casts them to bf16 for compute; elsewhere ``compute_autocast`` provides bf16 compute.
     """
     model.to(device=device, dtype=torch.float32)
     if not is_sharded():
@@ -65,7 +70,7 @@ def shard_model(model: nn.Module, layers: Iterable[nn.Module], *, device: torch.
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mp = MixedPrecisionPolicy()
-    if mixed_precision == "bf16" and device.type == "cuda":
+    if resolve_precision(mixed_precision, device)[0] == "bf16" and device.type == "cuda":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in layers:
         fully_shard(layer, mp_policy=mp)
@@ -74,8 +79,9 @@ def shard_model(model: nn.Module, layers: Iterable[nn.Module], *, device: torch.
 
 
 def compute_autocast(device: torch.device, mixed_precision: str) -> contextlib.AbstractContextManager:
-    """The autocast context for forward passes: bf16 autocast unless FSDP2's GPU policy already casts."""
-    if mixed_precision != "bf16" or (device.type == "cuda" and is_sharded()):
+    """The autocast context for forward passes: bf16 autocast when ``mixed_precision`` resolves to bf16 on
+    ``device`` (``auto``: native bf16 only), unless FSDP2's GPU policy already casts."""
+    if resolve_precision(mixed_precision, device)[0] != "bf16" or (device.type == "cuda" and is_sharded()):
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
 

@@ -5,9 +5,12 @@ one node when it fits, else PACK across nodes), so the same code runs on a CPU b
 existing cluster (``RAY_ADDRESS``). ``LocalWorkerGroup`` is the in-process, world-size-1 twin with the same
 interface, for tests, debugging and the benchmark.
 
-``call(method, batch, **kw)`` splits a ``TrainBatch`` evenly by rank (rank r gets rows r*B/W .. (r+1)*B/W),
-runs ``method`` on every rank and combines: tensors are concatenated in rank order, metric dicts (float
-values) are averaged over ranks, ``None`` stays ``None``, anything else comes back as a per-rank list.
+``call(method, batch, **kw)`` splits a ``TrainBatch`` evenly by rank, mini-batch first: the global mini-batches
+(``mini_batch_size`` consecutive rows, from the workers' ``cfg``) are formed as at world size 1 and each is
+split over the ranks (``ragen.workers.data.shard_rows``), so an update sees the same mini-batches at any world
+size. It runs ``method`` on every rank and combines: tensors are concatenated and put back in batch row order,
+metric dicts (float values) are averaged over ranks, tuples of tensors are concatenated element-wise (also in
+row order), ``None`` stays ``None``, anything else comes back as a per-rank list.
 """
 
 from __future__ import annotations
@@ -17,28 +20,44 @@ from typing import Any
 
 import torch
 
-from ragen.workers.data import TrainBatch
+from ragen.workers.data import TrainBatch, shard_rows
 
 
-def combine(results: list[Any]) -> Any:
-    """Merge per-rank results (see module docstring)."""
+def combine(results: list[Any], rows: list[torch.Tensor] | None = None) -> Any:
+    """Merge per-rank results (see module docstring); ``rows[r]`` = the batch rows rank r got (None: consecutive
+    parts in rank order), so per-row tensors come back in the batch's row order."""
     first = results[0]
     if all(r is None for r in results):
         return None
     if all(isinstance(r, torch.Tensor) for r in results):
-        return torch.cat(results, dim=0)
+        return _in_row_order(torch.cat(results, dim=0), rows)
+    if all(isinstance(r, tuple) and r and all(isinstance(x, torch.Tensor) for x in r) for r in results):
+        return tuple(_in_row_order(torch.cat(xs, dim=0), rows) for xs in zip(*results, strict=True))
     if all(isinstance(r, dict) for r in results) and all(isinstance(v, (int, float)) for v in first.values()):
         return {k: sum(float(r[k]) for r in results) / len(results) for k in first}
     return results
 
 
-def _split(batch: TrainBatch | None, world_size: int) -> list[TrainBatch | None]:
+def _in_row_order(stacked: torch.Tensor, rows: list[torch.Tensor] | None) -> torch.Tensor:
+    """Rank-ordered rows (rank 0's rows, then rank 1's ...) put back at their batch positions."""
+    if rows is None:
+        return stacked
+    order = torch.cat(rows)
+    out = torch.empty_like(stacked)
+    out[order.to(stacked.device)] = stacked
+    return out
+
+
+def _split(batch: TrainBatch | None, world_size: int,
+           mini_batch_size: int | None = None) -> tuple[list[TrainBatch | None], list[torch.Tensor] | None]:
+    """(one part per rank, the batch rows of each part) with ``shard_rows`` (mini-batch first)."""
     if batch is None:
-        return [None] * world_size
+        return [None] * world_size, None
     if batch.batch_size % world_size:
         raise ValueError(f"batch of {batch.batch_size} sequences cannot be split evenly over {world_size} ranks; "
                          f"make the train batch size (after rollout filtering) a multiple of {world_size}")
-    return batch.split(world_size)
+    rows = shard_rows(batch.batch_size, world_size, mini_batch_size)
+    return [batch.select(r) for r in rows], rows
 
 
 def _call_args(part: TrainBatch | None) -> tuple:
@@ -81,13 +100,15 @@ class WorkerGroup:
     master_addr=..., master_port=..., **init_kwargs)``), one placement-group bundle each.
 
     ``resources_per_worker``: Ray resources of one rank, e.g. ``{"CPU": 1}`` (default) or ``{"GPU": 1, "CPU": 4}``.
+    ``mini_batch_size``: the global mini-batch size batches are sharded by (default: ``init_kwargs["cfg"]``'s).
     ``placement_group``: an existing Ray placement group with >= world_size bundles (e.g. to co-locate the actor
     and critic groups); by default the group creates and owns one. Ray must already be initialised
     (``ray.init(...)``) by the driver.
     """
 
     def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
-                 placement_group: Any = None, ready_timeout_s: float = 600.0, **init_kwargs: Any):
+                 placement_group: Any = None, ready_timeout_s: float = 600.0, mini_batch_size: int | None = None,
+                 **init_kwargs: Any):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -96,6 +117,7 @@ class WorkerGroup:
         if not ray.is_initialized():
             raise RuntimeError("WorkerGroup needs Ray: call ray.init() (or set RAY_ADDRESS) before creating it")
         self.world_size = world_size
+        self.mini_batch_size = mini_batch_size or getattr(init_kwargs.get("cfg"), "mini_batch_size", None)
         res = dict(resources_per_worker or {"CPU": 1})
         self._owns_pg = placement_group is None
         self.placement_group = placement_group or self._make_placement_group(res, world_size)
@@ -132,12 +154,13 @@ class WorkerGroup:
         return pg
 
     def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
-        """Run ``method`` on every rank (rank r gets the r-th equal slice of ``batch``) and combine the results."""
+        """Run ``method`` on every rank (rank r gets its share of every global mini-batch of ``batch``) and combine
+        the results (per-row tensors back in ``batch``'s row order)."""
         import ray
 
-        parts = _split(batch, self.world_size)
+        parts, rows = _split(batch, self.world_size, self.mini_batch_size)
         refs = [getattr(w, method).remote(*_call_args(p), **kw) for w, p in zip(self.workers, parts, strict=True)]
-        return combine(ray.get(refs))
+        return combine(ray.get(refs), rows)
 
     def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
         """Run ``method`` on every rank (collectives such as ``full_state_dict`` need all ranks) and return

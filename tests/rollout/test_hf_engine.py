@@ -81,6 +81,19 @@ def test_greedy_is_deterministic_and_batch_invariant(engine):
         assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-4)
 
 
+def test_temperature_zero_decodes_the_argmax(engine):
+    """Greedy (validation's default, rollout.val_temperature=0): each token is the argmax of the model's logits,
+    and its reported log-prob is the finite, untempered T=1 value (no division by the zero temperature)."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=6, seed=11)
+    for prompt, sample in zip(PROMPTS, engine.generate(PROMPTS, greedy), strict=True):
+        with torch.no_grad():
+            logits = engine.model(torch.tensor([prompt + sample.token_ids])).logits[0, len(prompt) - 1 : -1]
+        assert sample.token_ids == logits.argmax(-1).tolist()
+        expected = torch.log_softmax(logits.float(), -1).max(-1).values
+        assert torch.allclose(torch.tensor(sample.log_probs), expected, atol=1e-4)
+        assert all(math.isfinite(lp) and lp <= 0 for lp in sample.log_probs)
+
+
 def test_seeded_sampling_is_reproducible(engine):
     ids = [[s.token_ids for s in engine.generate(PROMPTS, SamplingParams(max_new_tokens=6, seed=s))]
            for s in (5, 5, 6)]
@@ -174,13 +187,31 @@ def test_bad_inputs_raise_clear_errors(engine):
     assert engine.generate([], SamplingParams()) == []
 
 
-def test_generate_restores_training_mode_and_sleep_wake_on_cpu(engine):
+def test_generate_restores_training_mode_and_sleep_wake_on_cpu(engine, default_tokenizer):
+    def placement(e):  # (device, dtype) of every floating-point parameter and buffer of the engine's model
+        tensors = [*e.model.parameters(), *e.model.buffers()]
+        return {(t.device, t.dtype) for t in tensors if t.is_floating_point()}
+
+    cpu = torch.device("cpu")
     engine.model.train()
     engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2, seed=0))
     assert engine.model.training
+    assert placement(engine) == {(cpu, torch.float32)}
     engine.sleep()
     engine.wake()
-    assert engine.model.device.type == "cpu"
+    assert placement(engine) == {(cpu, torch.float32)}
+    # a model object of another dtype is cast in place to the engine's dtype, and update_weights keeps it there
+    model = tiny_model(tokenizer=default_tokenizer, seed=0)
+    e64 = HFEngine(model, default_tokenizer, dtype=torch.float64)
+    assert e64.model is model and (e64.device, e64.dtype) == (cpu, torch.float64)
+    assert placement(e64) == {(cpu, torch.float64)}
+    other = tiny_model(tokenizer=default_tokenizer, seed=1).state_dict()
+    e64.update_weights(other)
+    assert placement(e64) == {(cpu, torch.float64)}
+    state = e64.model.state_dict()
+    assert all(torch.equal(state[k], v.double()) for k, v in other.items())
+    sample = e64.generate(PROMPTS[:1], SamplingParams(temperature=0.0, max_new_tokens=3))[0]
+    assert len(sample.token_ids) == 3 and placement(e64) == {(cpu, torch.float64)}
 
 
 def test_default_model_log_probs_and_end_of_turn(default_tokenizer):

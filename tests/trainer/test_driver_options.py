@@ -1,11 +1,17 @@
 """Driver options end to end (in-process, tiny model): critic warm-up, critic-free estimators with KL in the
 reward and in the loss, and rollout filtering."""
 
+import math
+
+import pytest
 import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
 
+from ragen.algorithms.losses import kl_reward_penalty
+from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
+from ragen.workers import PolicyWorker
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false"]
 
@@ -19,14 +25,82 @@ def test_critic_warmup_updates_only_the_critic(tmp_path):
     assert (tmp_path / "checkpoints" / "global_step_1" / "critic").is_dir()
 
 
-def test_grpo_with_kl_and_rollout_filter(tmp_path):
-    overrides = [*tiny_overrides(tmp_path, 1), *FAST, "algorithm=grpo", "algorithm.kl_in_reward=true",
-                 "actor.use_kl_loss=true", "algorithm.rollout_filter_ratio=0.5", "rollout.n_groups=4",
-                 "rollout.group_size=2"]
+def test_kl_reward_penalty_hand_numbers():
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 5.0]])
+    lp = torch.tensor([[-1.0, -0.5, -2.0, -3.0], [-0.1, -0.2, -0.3, -0.4]])
+    ref = torch.tensor([[-1.5, -0.5, -1.0, -9.0], [-0.4, -0.2, -0.3, -0.1]])
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]])  # masked-out tokens keep their reward (5.0 at [1, 3] is in)
+    out, m = kl_reward_penalty(rewards, lp, ref, mask, coef=0.5, kind="k1")
+    # k1 = lp - ref on the mask: [[0.5, 0, -1, -], [-, 0, 0, -0.3]]
+    expected = torch.tensor([[0.0 - 0.25, 0.0, 1.0 + 0.5, 0.0], [0.0, 2.0, 0.0, 5.0 + 0.15]])
+    torch.testing.assert_close(out, expected)
+    assert m["actor/reward_kl_penalty"] == pytest.approx((0.5 + 0.0 - 1.0 + 0.0 + 0.0 - 0.3) / 6)
+    assert m["actor/reward_kl_penalty_coef"] == 0.5
+    out3, m3 = kl_reward_penalty(rewards, lp, ref, mask, coef=2.0, kind="k3")
+    k3 = lambda d: math.exp(-d) + d - 1.0  # noqa: E731
+    assert float(out3[0, 0]) == pytest.approx(0.0 - 2.0 * k3(0.5))
+    assert float(out3[0, 2]) == pytest.approx(1.0 - 2.0 * k3(-1.0))
+    assert float(out3[1, 3]) == pytest.approx(5.0 - 2.0 * k3(-0.3))
+    assert float(out3[0, 3]) == 0.0 and float(out3[1, 0]) == 0.0  # off the mask: untouched
+    assert m3["actor/reward_kl_penalty"] > 0  # k3 >= 0
+
+
+def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
+    """Two steps with KL in the reward and in the loss. Step 1: the reference equals the actor, so both KL terms
+    are ~0. Step 2: the actor has moved, and the rewards the estimator gets are exactly the env token rewards minus
+    kl_coef * (log pi_old - log pi_ref) on model tokens (k1). (The tiny model's rewards are all equal, so its group
+    advantages are 0: the entropy bonus is what moves the actor at step 1.)"""
+    seen = {"log_probs": [], "batches": [], "inputs": []}
+    real_lp, real_tb, real_ca = PolicyWorker.compute_log_probs, phases.to_train_batch, phases.compute_advantage
+
+    def spy_lp(self, batch):
+        out = real_lp(self, batch)
+        seen["log_probs"].append((self.role, out.clone()))
+        return out
+
+    def spy_tb(batch):
+        seen["batches"].append(batch)
+        return real_tb(batch)
+
+    def spy_ca(name, inputs, **kw):
+        seen["inputs"].append(inputs)
+        return real_ca(name, inputs, **kw)
+
+    monkeypatch.setattr(PolicyWorker, "compute_log_probs", spy_lp)
+    monkeypatch.setattr(phases, "to_train_batch", spy_tb)
+    monkeypatch.setattr(phases, "compute_advantage", spy_ca)
+    coef = 0.5
+    overrides = [*tiny_overrides(tmp_path, 2), *FAST, "algorithm=grpo", "algorithm.kl_in_reward=true",
+                 f"algorithm.kl_coef={coef}", "algorithm.kl_kind=k1", "actor.use_kl_loss=true",
+                 "actor.kl_kind=k3", "algorithm.rollout_filter_ratio=0.5", "rollout.n_groups=4",
+                 "rollout.group_size=2", "actor.lr=1e-2", "actor.entropy_coef=0.1"]
     metrics = run(load_train_config("ppo_bandit", overrides))
     assert metrics["rollout/kept_groups"] == 2 and metrics["rollout/total_groups"] == 4
     assert metrics["rollout/batch_size"] == 4
-    assert "actor/reward_kl_penalty" in metrics and "actor/kl_loss" in metrics and "timing/ref_log_probs" in metrics
+    assert "timing/ref_log_probs" in metrics
     assert not any(k.startswith("critic/") and "advantages" not in k and "returns" not in k for k in metrics)
-    assert not (tmp_path / "checkpoints" / "global_step_1" / "critic").exists()
-    assert_all_finite(read_metrics(tmp_path))
+    assert not (tmp_path / "checkpoints" / "global_step_2" / "critic").exists()
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    step1, step2 = (next(r for r in records if r["step"] == s and "actor/kl_loss" in r) for s in (1, 2))
+    assert abs(step1["actor/kl_loss"]) < 1e-5 and abs(step1["actor/reward_kl_penalty"]) < 1e-5
+    assert step1["actor/reward_kl_penalty_coef"] == coef
+    assert step2["actor/kl_loss"] > 1e-6  # k3 > 0 once the actor moved away from the reference
+
+    roles = [role for role, _ in seen["log_probs"]]
+    assert roles == ["actor", "ref", "actor", "ref"], roles  # old log-probs, then reference, per step
+    assert len(seen["batches"]) == len(seen["inputs"]) == 2
+    for step in range(2):
+        old, ref = seen["log_probs"][2 * step][1], seen["log_probs"][2 * step + 1][1]
+        batch, inputs = seen["batches"][step], seen["inputs"][step]
+        mask = batch.response_mask.bool()
+        fed = inputs.token_rewards.double()
+        if getattr(inputs, "token_penalties", None) is not None:
+            fed = fed + inputs.token_penalties.double()
+        expected = batch.token_rewards.double() - coef * (old.double() - ref.double())
+        torch.testing.assert_close(fed[mask], expected[mask], atol=1e-6, rtol=0)
+        torch.testing.assert_close(fed[~mask], batch.token_rewards.double()[~mask], atol=0, rtol=0)
+        if step == 0:
+            assert (old - ref)[mask].abs().max() < 1e-5
+        else:
+            assert (old - ref)[mask].abs().max() > 1e-3  # the check above is not vacuous at step 2

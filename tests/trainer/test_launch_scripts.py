@@ -1,9 +1,8 @@
-"""Each launch script end to end with the tiny model for 2 steps, through the real entry point."""
+"""Each launch script end to end with the tiny model for 2 steps, through the real entry point; and the direction
+of the PPO step they run (a sign error in the update would still train, change weights and log finite metrics)."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,10 @@ SCRIPTS = [
 
 
 @pytest.mark.parametrize(("script", "extra", "env_name", "estimator"), SCRIPTS, ids=[s[0] for s in SCRIPTS])
-def test_launch_script_trains(tmp_path, script, extra, env_name, estimator):
+def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name, estimator):
     run_dir = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_ADDRESS"))}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    env["HOME"] = os.environ.get("HOME", str(tmp_path))
     cmd = ["bash", str(ROOT / script), *tiny_overrides(run_dir), "trainer.save_freq=1", *extra]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["env"]["name"], config["algorithm"]["estimator"]) == (env_name, estimator)
@@ -55,3 +51,43 @@ def test_launch_script_trains(tmp_path, script, extra, env_name, estimator):
     assert len(val) == 2 and {"prompt", "response", "actions", "reward", "success"} <= set(val[0]["turns"][0])
     if "wandb" in " ".join(extra):
         assert list((run_dir / "wandb").glob("offline-run-*")), "wandb should log offline without a key"
+
+
+def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
+    """One in-process step of train_ppo.sh's config: after the actor update, the log-probs of the batch's tokens
+    rose where the advantages are positive and fell where they are negative. The tiny model's rewards are all
+    equal (it never answers in format), so the estimator's output is replaced by +1 / -1 on alternate rows: what is
+    tested is the trainer's path from the advantages to the update (tests/workers/test_update_direction.py checks a
+    single worker; tests/algorithms the estimators' signs)."""
+    from ragen.trainer import phases
+    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.main import run
+    from ragen.workers import PolicyWorker
+
+    seen, signs = [], []
+    real_update, real_advantage = PolicyWorker.update, phases.compute_advantage
+
+    def fixed_advantages(name, inputs, **kw):
+        adv, ret = real_advantage(name, inputs, **kw)
+        sign = torch.tensor([1.0 if r % 2 == 0 else -1.0 for r in range(adv.shape[0])])
+        signs.append(sign)
+        return sign[:, None] * inputs.response_mask.to(adv.dtype), ret
+
+    def spy(self, batch):
+        before = self.compute_log_probs(batch)
+        out = real_update(self, batch)
+        seen.append((batch, before, self.compute_log_probs(batch)))
+        return out
+
+    monkeypatch.setattr(phases, "compute_advantage", fixed_advantages)
+    monkeypatch.setattr(PolicyWorker, "update", spy)
+    run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false",
+                                         "trainer.val_before_train=false"]))
+    (batch, before, after), = seen
+    (sign,) = signs
+    m = batch.response_mask.bool()
+    torch.testing.assert_close(before[m], batch.old_log_probs[m], atol=1e-5, rtol=0)  # on-policy: ratio 1
+    torch.testing.assert_close(batch.advantages, sign[:, None] * batch.response_mask)  # rows kept in order
+    adv, delta = batch.advantages, after - before
+    assert float((delta * adv)[m].sum()) > 0
+    assert float(delta[m & (adv > 0)].mean()) > 0 > float(delta[m & (adv < 0)].mean())

@@ -3,6 +3,7 @@
 import json
 import random
 
+import pytest
 import torch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
@@ -88,3 +89,19 @@ def test_rng_preserved_and_trim_metrics(tmp_path):
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2]
     assert trim_metrics(path, 0) == [] and path.read_text() == ""
     assert trim_metrics(tmp_path / "missing.jsonl", 3) == []
+
+
+def test_logprob_gap_metrics_over_response_tokens_only():
+    """Sampler-vs-trainer gap: mean and max |engine - trainer| log-prob over response tokens; other positions
+    (prompt, env, pad, masked rows) never count, and an empty mask gives 0."""
+    from ragen.trainer.phases import logprob_gap_metrics
+
+    mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]])
+    engine = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, 0.0, -0.5, -3.0]])
+    trainer = torch.tensor([[9.0, -1.1, -1.8, 5.0], [7.0, 7.0, -0.5, -2.4]])  # off-mask entries are garbage
+    out = logprob_gap_metrics(engine, trainer, mask)
+    assert out.keys() == {"rollout/logprob_diff_mean", "rollout/logprob_diff_max"}
+    assert out["rollout/logprob_diff_mean"] == pytest.approx((0.1 + 0.2 + 0.0 + 0.6) / 4)
+    assert out["rollout/logprob_diff_max"] == pytest.approx(0.6)
+    empty = logprob_gap_metrics(engine, trainer, torch.zeros_like(mask))
+    assert empty == {"rollout/logprob_diff_mean": 0.0, "rollout/logprob_diff_max": 0.0}

@@ -47,6 +47,12 @@ CASES = [
     (["trainer.loggers=[console,tensorboard]"], "trainer.loggers has unknown logger 'tensorboard'"),
     (["trainer.keep_last_ckpt=0"], "trainer.keep_last_ckpt=0 must be >= 1 or null"),
     (["rollout.val_n_groups=0"], "rollout.val_n_groups and rollout.val_group_size must be >= 1"),
+    (["rollout.dtype=int8"], "rollout.dtype='int8' is unknown; use one of auto, bfloat16, float32, float16"),
+    (["rollout.dtype=auto", "actor.mixed_precision=auto", "critic.mixed_precision=auto"], None),
+    (["rollout.dtype=bfloat16", "actor.mixed_precision=bf16", "critic.mixed_precision=fp32"], None),
+    (["rollout.val_temperature=-0.5"], "rollout.val_temperature=-0.5 must be >= 0 (0 = greedy)"),
+    (["rollout.val_temperature=0"], None),
+    (["rollout.val_temperature=null"], None),
 ]
 
 
@@ -81,6 +87,13 @@ def test_construction_errors_name_the_key():
     assert "unknown config section 'foo'" in text
 
 
+@pytest.mark.parametrize("key", ["actor.mixed_precision", "critic.mixed_precision"])
+def test_unknown_mixed_precision_names_the_key_and_choices(key):
+    with pytest.raises(ConfigError) as info:
+        to_train_config(compose("base", [f"{key}=fp16"]))
+    assert f"{key}='fp16' is unknown; use one of ('auto', 'bf16', 'fp32')" in str(info.value)
+
+
 def test_all_problems_reported_together():
     cfg = to_train_config(compose("base", _with_pinned(["env.max_turn=0", "algorithm.estimator=nope"])))
     with pytest.raises(ConfigError) as info:
@@ -98,3 +111,60 @@ def test_entry_point_exits_2_with_the_messages():
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "env.max_turn=0 must be >= 1" in proc.stderr
     assert "actor.micro_batch_size=3 (per rank) must divide" in proc.stderr
+
+
+# Credit-assignment rules: (overrides, text the message must contain, or None = the config passes).
+CREDIT_CASES = [
+    # trajectory layout: responses alone fit (5 * 128 = 640 < 700), but prompt + observations do not
+    (["env=frozen_lake", "agent.max_model_len=700"],
+     "prompt budget: env.max_turn * agent.max_new_tokens = 640 tokens of responses + about"),
+    (["env=frozen_lake", "agent.max_model_len=700", "agent.layout=turn"], None),  # turn rows are exact prompts
+    (["env=frozen_lake", "agent.max_model_len=1400"], None),
+    (["critic.mask_env_tokens=false"], "critic.mask_env_tokens=false trains the critic's values at prompt and env "
+                                       "tokens toward a return of 0"),
+    (["algorithm=grpo", "critic.mask_env_tokens=false"], None),  # no critic: the key does nothing
+    (["algorithm.skip_env_tokens=false", "algorithm.lam=0.95"],
+     "algorithm.skip_env_tokens=false with algorithm.lam=0.95 < 1 makes algorithm.estimator='gae' read"),
+    (["algorithm=weighted_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"],
+     "algorithm.skip_env_tokens=false with algorithm.lam=0.9 < 1 makes algorithm.estimator='weighted_gae' read"),
+    (["algorithm.skip_env_tokens=false", "algorithm.lam=1.0"], None),  # values at env tokens telescope away
+    (["algorithm=bilevel_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"], None),  # not read there
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CREDIT_CASES, ids=[" ".join(o) for o, _ in CREDIT_CASES])
+def test_credit_rule_message(overrides, message):
+    test_rule_message(overrides, message)
+
+
+def test_prompt_budget_counts_prompt_and_observation_tokens():
+    """The estimate grows with the env's texts: a longer first prompt (system prompt) alone can break the budget."""
+    from ragen.trainer.derived import trajectory_token_estimate
+
+    cfg = to_train_config(compose("base", _with_pinned(["env=frozen_lake"])))
+    est = trajectory_token_estimate(cfg)
+    assert est.responses == 5 * 128 and est.first_prompt > 50 and est.observations > 4 * 30
+    assert est.total == est.first_prompt + est.observations + est.responses
+    validate(cfg)
+    long = to_train_config(compose("base", _with_pinned(["env=frozen_lake", f"agent.max_model_len={est.total + 10}",
+                                                         "agent.system_prompt=" + "x" * 80])))
+    with pytest.raises(ConfigError, match="prompt budget"):
+        validate(long)
+
+
+def test_worker_total_steps_derived_from_trainer_steps():
+    """``actor.total_steps: null`` = trainer.total_steps x optimizer steps per trainer step (the cosine schedule's
+    horizon); an explicit value is kept, and the frozen config itself is not touched."""
+    from ragen.trainer.derived import actor_worker_config, critic_worker_config
+
+    cfg = to_train_config(compose("base", _with_pinned(["trainer.total_steps=7", "actor.ppo_epochs=2",
+                                                        "critic.mini_batch_size=4", "trainer.critic_warmup=2"])))
+    # 16 sequences per step: actor 16 / 8 * 2 epochs = 4 per step over 7 - 2 warm-up steps; critic 16 / 4 * 1 = 4 x 7
+    assert actor_worker_config(cfg).total_steps == 5 * 4
+    assert critic_worker_config(cfg).total_steps == 7 * 4
+    assert cfg.actor.total_steps is None and cfg.critic.total_steps is None
+    kept = to_train_config(compose("base", _with_pinned(["actor.total_steps=11", "critic.total_steps=13"])))
+    assert (actor_worker_config(kept).total_steps, critic_worker_config(kept).total_steps) == (11, 13)
+    turn = to_train_config(compose("base", _with_pinned(["agent.layout=turn", "env=frozen_lake"])))
+    # turn layout: at most 16 episodes x 5 turns = 80 rows -> 10 mini-batches per trainer step (an upper bound)
+    assert actor_worker_config(turn).total_steps == 20 * 10

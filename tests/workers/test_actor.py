@@ -122,6 +122,7 @@ def test_ref_role_is_frozen(batch):
 
 
 def test_bf16_mixed_precision_keeps_fp32_master_weights(batch):
+    """The one bf16 update test (other tests pin fp32): the model is tiny, so emulated bf16 is fast enough."""
     g = actor(mixed_precision="bf16", mini_batch_size=4, micro_batch_size=2)
     lp = g.call("compute_log_probs", batch)
     m = batch.response_mask.bool()
@@ -132,6 +133,19 @@ def test_bf16_mixed_precision_keeps_fp32_master_weights(batch):
                for p in s.values() if p.dim() > 0)
 
 
+@pytest.mark.parametrize(("native", "matches_fp32"), [("0", True), ("1", False)])
+def test_auto_precision_is_resolved_by_the_worker(batch, monkeypatch, native, matches_fp32):
+    """``mixed_precision='auto'`` (the default) is fp32 on a device without native bf16 (bit-identical log-probs)
+    and bf16 autocast with native bf16; the worker's config keeps ``auto``."""
+    monkeypatch.setenv("RAGEN_NATIVE_BF16", native)
+    g = actor(mixed_precision="auto")
+    lp = g.call("compute_log_probs", batch)
+    m = batch.response_mask.bool()
+    assert g.worker.cfg.mixed_precision == "auto"
+    assert torch.equal(lp, batch.old_log_probs) is matches_fp32
+    assert (lp[m] - batch.old_log_probs[m]).abs().max() < 0.1
+
+
 def test_critic_masks_env_tokens(batch):
     def critic(mask_env):
         cfg = CriticConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=4, mixed_precision="fp32",
@@ -139,8 +153,9 @@ def test_critic_masks_env_tokens(batch):
         return LocalWorkerGroup(CriticWorker, model_name_or_path=MODEL["path"], cfg=cfg)
 
     c = critic(True)
-    values = c.call("compute_values", batch)
+    values, last_values = c.call("compute_values", batch)
     assert values.shape == batch.input_ids.shape and (values == 0).all()  # zero-initialised head
+    assert last_values.shape == (batch.batch_size,) and (last_values == 0).all()
     returns = torch.randn(batch.input_ids.shape, generator=torch.Generator().manual_seed(3))
     b = batch.with_fields(values=values, returns=returns * batch.response_mask)
     b_env = batch.with_fields(values=values, returns=returns * batch.attention_mask)  # differs only off-response

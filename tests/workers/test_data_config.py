@@ -77,3 +77,45 @@ def test_lr_multiplier_hand_values():
     assert lr_multiplier(8, schedule="cosine", **kw) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi / 2)))
     assert lr_multiplier(12, schedule="cosine", **kw) == pytest.approx(0.1)
     assert lr_multiplier(50, schedule="cosine", **kw) == pytest.approx(0.1)
+
+
+def test_shard_rows_forms_global_mini_batches_first():
+    """Rank r gets its share of every global mini-batch, so each rank's i-th local mini-batch is part of the i-th
+    world-size-1 mini-batch; without a dividing mini-batch size the parts are consecutive."""
+    from ragen.workers.data import shard_rows
+
+    rows = [r.tolist() for r in shard_rows(8, 2, 4)]
+    assert rows == [[0, 1, 4, 5], [2, 3, 6, 7]]  # mini-batch 0 = rows 0-3 (ranks 0, 1), mini-batch 1 = rows 4-7
+    assert [r.tolist() for r in shard_rows(12, 3, 6)] == [[0, 1, 6, 7], [2, 3, 8, 9], [4, 5, 10, 11]]
+    for mb in (8, None, 3, 5):  # one mini-batch / none given / not dividing: consecutive parts
+        assert [r.tolist() for r in shard_rows(8, 2, mb)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(ValueError, match="multiple of 3"):
+        shard_rows(8, 3, 4)
+
+
+def test_group_split_and_combine_keep_row_order():
+    """What the ranks return comes back in the batch's row order (tensors and tuples of tensors)."""
+    from ragen.workers.group import _split
+
+    b = _batch(B=8)
+    parts, rows = _split(b, 2, mini_batch_size=4)
+    assert [p.input_ids[:, 0].tolist() for p in parts] == [[0, 5, 20, 25], [10, 15, 30, 35]]
+    per_rank = [p.input_ids.float() * 2 for p in parts]
+    assert torch.equal(combine(per_rank, rows), b.input_ids.float() * 2)
+    vals, last = combine([(p.advantages, p.input_ids[:, 0]) for p in parts], rows)
+    assert torch.equal(vals, b.advantages) and torch.equal(last, b.input_ids[:, 0])
+
+
+def test_trainable_cosine_needs_total_steps():
+    """A cosine schedule without a horizon would decay within one step: the worker refuses it, naming the fix
+    (the trainer passes the total derived from trainer.total_steps)."""
+    from types import SimpleNamespace
+
+    from ragen.workers.trainable import Trainable
+
+    cfg = SimpleNamespace(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, warmup_steps=0,
+                          lr_schedule="cosine", total_steps=None, min_lr_ratio=0.0)
+    with pytest.raises(ValueError, match=r"actor.total_steps >= 1 .* derives it from trainer.total_steps"):
+        Trainable(torch.nn.Linear(2, 2), cfg, torch.device("cpu"), 1, "actor")
+    ok = SimpleNamespace(**{**vars(cfg), "total_steps": 4})
+    assert Trainable(torch.nn.Linear(2, 2), ok, torch.device("cpu"), 1, "actor").scheduler.get_last_lr()[0] == 1e-3

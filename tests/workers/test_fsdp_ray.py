@@ -1,9 +1,13 @@
 """FSDP2 world size 2 (Ray actors, gloo) must match world size 1 (in-process, unsharded): same losses,
-same updated parameters, and checkpoints interchangeable between the two."""
+same updated parameters (also over several mini-batches, for every loss aggregation), and checkpoints
+interchangeable between the two."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import ray
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -16,9 +20,8 @@ from ragen.workers import (
     TrainBatch,
     WorkerGroup,
 )
+from ragen.workers.config import LOSS_AGG
 from tests.workers.conftest import random_batch
-
-ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +81,8 @@ def test_actor_and_critic_world_size_2_equals_1(ray_cluster, model_dir, tmp_path
     c1 = LocalWorkerGroup(CriticWorker, cfg=ccfg, **kw)
     c2 = WorkerGroup(CriticWorker, 2, cfg=ccfg, **kw)
     try:
-        v1, v2 = c1.call("compute_values", batch), c2.call("compute_values", batch)
-        torch.testing.assert_close(v2, v1, atol=1e-6, rtol=1e-5)
+        (v1, last1), (v2, last2) = c1.call("compute_values", batch), c2.call("compute_values", batch)
+        torch.testing.assert_close((v2, last2), (v1, last1), atol=1e-6, rtol=1e-5)  # (values, last_values)
         b = batch.with_fields(values=v1)
         m1, m2 = c1.call("update", b), c2.call("update", b)
         assert m2["critic/vf_loss"] == pytest.approx(m1["critic/vf_loss"], rel=1e-4)
@@ -96,3 +99,27 @@ def test_group_rejects_uneven_split():
     ids, attn, resp = random_batch(B=6, T=8)
     with pytest.raises(ValueError, match="multiple of 4"):
         _split(TrainBatch(ids, attn, resp), 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agg", LOSS_AGG)
+def test_two_mini_batches_world_size_2_equals_1(ray_cluster, model_dir, agg):
+    """Two optimizer steps per update (mini_batch_size 4 of 8 rows): the ranks must train on shards of the same
+    global mini-batches as world size 1 (rows 0-3, then 4-7), not on mini-batches mixed from their halves."""
+    batch = _batch()
+    acfg = ActorConfig(lr=1e-3, mini_batch_size=4, micro_batch_size=1, mixed_precision="fp32", clip_high=0.2,
+                       loss_agg=agg)
+    kw = {"model_name_or_path": model_dir}
+    one = LocalWorkerGroup(PolicyWorker, cfg=dataclasses.replace(acfg, micro_batch_size=2), **kw)
+    two = WorkerGroup(PolicyWorker, 2, resources_per_worker={"CPU": 1}, cfg=acfg, **kw)
+    try:
+        lp1, lp2 = one.call("compute_log_probs", batch), two.call("compute_log_probs", batch)
+        torch.testing.assert_close(lp2, lp1, atol=1e-5, rtol=1e-5)  # per-row results come back in row order
+        b = batch.with_fields(old_log_probs=lp1)
+        m1, m2 = one.call("update", b), two.call("update", b)
+        for k in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "actor/pg_clipfrac"):
+            assert m2[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k
+        assert m1["actor/ppo_kl"] != 0  # the second mini-batch ran on moved weights: its data matters
+        _close(two.call_rank0("full_state_dict"), one.call_rank0("full_state_dict"))
+    finally:
+        two.shutdown()

@@ -60,6 +60,8 @@ class SearchQAEnv:
         tool_score, retrieval_score, contains_score, exact_score, format_score, xml_score: reward weights.
     """
 
+    STEP_OUTCOME_SPLIT = True  # info carries step_reward / outcome_reward (MS-GRPO, MS-PO)
+
     def __init__(
         self,
         qa_path: str | None = None,

@@ -1,0 +1,134 @@
+"""Fixtures shared by the whole suite (pytest finds them without imports; never ``from conftest import ...``).
+
+* ``default_tokenizer``: the packaged default model's tokenizer (session-wide).
+* ``char_tokenizer``: a one-id-per-character stand-in with a plain-text chat template (no files, no model).
+* ``fake_engine``: the class of a scripted ``Engine`` that records every call (build it with a script).
+* ``subprocess_env``: ``os.environ`` scrubbed for child processes of the trainer (no wandb keys, no Ray cluster).
+* ``check_env_config_file``: ``config/env/<name>.yaml`` documents exactly the env's config keys.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ragen.rollout.base import Sample, SamplingParams
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer():
+    from ragen.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+class CharTokenizer:
+    """One id per character (``ord``), a plain-text chat template: ``<role>content</role>`` per message."""
+
+    eos_token_id = None
+    pad_token_id = None
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
+        text += "<assistant>" if add_generation_prompt else ""
+        return [ord(c) for c in text] if tokenize else text
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": self.encode(text)}
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(i) for i in ids)
+
+
+@pytest.fixture(scope="session")
+def char_tokenizer() -> CharTokenizer:
+    return CharTokenizer()
+
+
+class FakeEngine:
+    """A scripted ``ragen.rollout.base.Engine`` that records what it was asked.
+
+    ``script(call_index, prompt_index, prompt_ids) -> list[int]`` gives the sampled ids (cut at
+    ``max_new_tokens``); the j-th sampled token of call c has log-prob ``-(c + 1) * 0.01 - j * 0.001`` (distinct,
+    checkable). The finish reason is ``stop`` when the last id is one of ``sampling.stop_token_ids``, else
+    ``length``. ``calls`` holds ``(prompts, sampling)`` per call; ``updates`` the state dicts it was sent.
+    """
+
+    def __init__(self, script: Callable[[int, int, list[int]], list[int]]) -> None:
+        self.script = script
+        self.calls: list[tuple[list[list[int]], SamplingParams]] = []
+        self.updates: list = []
+
+    @classmethod
+    def fixed(cls, ids: list[int]) -> FakeEngine:
+        """Answers every prompt with the same ``ids``."""
+        return cls(lambda call, i, prompt: list(ids))
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        call = len(self.calls)
+        self.calls.append(([list(p) for p in prompt_token_ids], sampling))
+        out = []
+        for i, prompt in enumerate(prompt_token_ids):
+            ids = list(self.script(call, i, list(prompt)))[: sampling.max_new_tokens]
+            lps = [-(call + 1) * 0.01 - j * 0.001 for j in range(len(ids))]
+            stop = bool(ids) and ids[-1] in sampling.stop_token_ids
+            out.append(Sample(ids, lps, "stop" if stop else "length"))
+        return out
+
+    def update_weights(self, state_dict) -> None:
+        self.updates.append(state_dict)
+
+    def sleep(self) -> None:
+        return None
+
+    def wake(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="session")
+def fake_engine() -> type[FakeEngine]:
+    return FakeEngine
+
+
+@pytest.fixture
+def subprocess_env(tmp_path) -> dict[str, str]:
+    """The environment for a child ``python -m ragen.train`` / launch script: this venv's ``bin`` first on PATH,
+    no ``WANDB_*`` settings (wandb must log offline without a key) and no ``RAY_ADDRESS`` (never join a cluster)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "RAY_ADDRESS"))}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["HOME"] = os.environ.get("HOME", str(tmp_path))
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _check_env_config_file(name: str, python_only: tuple[str, ...] = ()) -> dict:
+    import yaml
+
+    import ragen.env as E
+
+    cfg = yaml.safe_load((ROOT / "config" / "env" / f"{name}.yaml").read_text())
+    assert cfg["name"] == name
+    assert set(cfg) == {"name", "max_turn", "max_actions_per_turn", "config"}
+    assert cfg["max_turn"] >= 1 and cfg["max_actions_per_turn"] >= 1
+    documented, accepted = set(cfg["config"] or {}), set(E.config_keys(name))
+    assert documented <= accepted, f"config/env/{name}.yaml has keys the env rejects: {documented - accepted}"
+    undocumented = accepted - documented - set(python_only)
+    assert not undocumented, f"config/env/{name}.yaml does not document {sorted(undocumented)}"
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def check_env_config_file() -> Callable[..., dict]:
+    """``check(name, python_only=())`` asserts ``config/env/<name>.yaml`` has the four top-level keys and its
+    ``config`` lists exactly the env's config keys (except ``python_only`` ones, e.g. callables); returns it."""
+    return _check_env_config_file

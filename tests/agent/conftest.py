@@ -1,78 +1,20 @@
-"""Fixtures for the agent-proxy tests: a char-level tokenizer with a chat template, a scripted engine, fake envs.
-
-The tokenizer maps every character to one id and each special token to one id, so token positions in the
-tests can be counted by hand; its template is deliberately unlike any real model family's.
+"""Fixtures for the agent-proxy tests: ``char_tok`` (a char-level fast tokenizer with special tokens and a chat
+template, from agent_helpers.py) and the ``test_line`` env registered on import. The scripted engine is the root
+conftest's ``fake_engine``; never ``from conftest import ...``.
 """
 
 from __future__ import annotations
 
-import string
-from collections.abc import Callable
-
 import pytest
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from agent_helpers import make_char_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from ragen.env import StepResult, register
-from ragen.rollout.base import Sample, SamplingParams
-
-SPECIALS = ["<pad>", "<unk>", "<s>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
-TEMPLATE = (
-    "<s>{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
-
-
-def make_char_tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
-    for ch in string.printable:
-        vocab.setdefault(ch, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="<|end|>",
-        additional_special_tokens=SPECIALS[4:],
-    )  # fmt: skip
-    fast.chat_template = TEMPLATE
-    return fast
 
 
 @pytest.fixture(scope="session")
 def char_tok() -> PreTrainedTokenizerFast:
     return make_char_tokenizer()
-
-
-class ScriptedEngine:
-    """Returns scripted responses; records every prompt it was given.
-
-    ``script(call_index, prompt_index, prompt_ids) -> list[int]`` gives the sampled ids; log-prob of the j-th
-    sampled token of a call is ``-(call + 1) * 0.01 - j * 0.001`` (distinct, checkable).
-    """
-
-    def __init__(self, script: Callable[[int, int, list[int]], list[int]]) -> None:
-        self.script = script
-        self.calls: list[tuple[list[list[int]], SamplingParams]] = []
-
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]:
-        call = len(self.calls)
-        self.calls.append(([list(p) for p in prompt_token_ids], sampling))
-        out = []
-        for i, prompt in enumerate(prompt_token_ids):
-            ids = list(self.script(call, i, list(prompt)))[: sampling.max_new_tokens]
-            lps = [-(call + 1) * 0.01 - j * 0.001 for j in range(len(ids))]
-            stop = bool(ids) and ids[-1] in sampling.stop_token_ids
-            out.append(Sample(ids, lps, "stop" if stop else "length"))
-        return out
-
-    def update_weights(self, state_dict) -> None:  # noqa: ANN001 - protocol stub, nothing to update
-        return None
-
-    def sleep(self) -> None:
-        return None
-
-    def wake(self) -> None:
-        return None
 
 
 @register("test_line")

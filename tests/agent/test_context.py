@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_char_tokenizer
+from agent_helpers import make_char_tokenizer
 
 from ragen.agent import ChatFormat
 from ragen.agent.context import EpisodeContext

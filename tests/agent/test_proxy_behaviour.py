@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ScriptedEngine
 
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec, collate
 
@@ -15,8 +14,8 @@ def fixed(tok, text: str, end: bool = True):
     return lambda call, i, prompt: ids
 
 
-def test_multi_action_sums_rewards_and_stops_at_done(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right || bogus || right || right || right</answer>"))
+def test_multi_action_sums_rewards_and_stops_at_done(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right || bogus || right || right || right</answer>"))
     cfg = AgentConfig(max_turn=2, max_actions_per_turn=2, think=False)
     specs = [
         EnvGroupSpec("test_line", {"rewards": (1.0, 0.5, 2.0), "horizon": 3}, n_groups=1, group_size=1),
@@ -37,8 +36,8 @@ def test_multi_action_sums_rewards_and_stops_at_done(char_tok):
     assert len(engine.calls[1][0]) == 1  # the finished env is not generated for
 
 
-def test_format_penalty_and_no_step(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "I go right"))
+def test_format_penalty_and_no_step(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "I go right"))
     cfg = AgentConfig(max_turn=2, format_penalty=-0.25)
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     assert batch.turn_rewards.tolist() == [[-0.25, -0.25]]
@@ -48,8 +47,8 @@ def test_format_penalty_and_no_step(char_tok):
     assert batch.episodes[0].turns[1].prompt_text.startswith("Your previous answer could not be parsed")
 
 
-def test_length_cutoff_appends_end_token_as_env_token(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer> and more text", end=False))
+def test_length_cutoff_appends_end_token_as_env_token(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer> and more text", end=False))
     cfg = AgentConfig(max_turn=1, think=False, max_new_tokens=22, max_model_len=4096)
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     n = int(batch.attention_mask[0].sum())
@@ -61,8 +60,8 @@ def test_length_cutoff_appends_end_token_as_env_token(char_tok):
 
 
 @pytest.mark.parametrize("where", ["reset", "step"])
-def test_env_exception_is_isolated(char_tok, where):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_env_exception_is_isolated(char_tok, where, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=3, think=False)
     spec = EnvGroupSpec("test_line", {"fail_on": where}, n_groups=2, group_size=2)
     proxy = AgentProxy(engine, char_tok, cfg, [spec], [], seed=0)  # group seeds 0 and 1: group 1 (odd) fails
@@ -80,8 +79,8 @@ def test_env_exception_is_isolated(char_tok, where):
     assert [e.failed for e in proxy.rollout().episodes] == [False, False, True, True]
 
 
-def test_context_window_keeps_last_turns(char_tok, monkeypatch):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_context_window_keeps_last_turns(char_tok, monkeypatch, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=3, think=False, max_context_window=1)
     spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
     monkeypatch.setitem(collate._state, "warned_context_cut", False)
@@ -97,10 +96,10 @@ def test_context_window_keeps_last_turns(char_tok, monkeypatch):
     assert int(batch.response_mask[0].sum()) == 0  # ...but trains none: turn 2 saw a different context
 
 
-def test_max_model_len_drops_history_and_counts_it(char_tok, monkeypatch):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_max_model_len_drops_history_and_counts_it(char_tok, monkeypatch, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     spec = EnvGroupSpec("test_line", {"horizon": 5}, 1, 1)
-    full = AgentProxy(ScriptedEngine(fixed(char_tok, "<answer>right</answer>")), char_tok,
+    full = AgentProxy(fake_engine(fixed(char_tok, "<answer>right</answer>")), char_tok,
                       AgentConfig(max_turn=3, think=False), [spec], [])  # fmt: skip
     full.rollout()
     lengths = [len(c[0][0]) for c in full.engine.calls]
@@ -116,8 +115,8 @@ def test_max_model_len_drops_history_and_counts_it(char_tok, monkeypatch):
     assert batch.num_turns.tolist() == [3]
 
 
-def test_prompt_that_never_fits_ends_episode_as_truncated(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_prompt_that_never_fits_ends_episode_as_truncated(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=3, think=False, max_model_len=100, max_new_tokens=8)
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     assert engine.calls == [] and batch.num_turns.tolist() == [0]
@@ -125,14 +124,14 @@ def test_prompt_that_never_fits_ends_episode_as_truncated(char_tok):
 
 
 @pytest.mark.parametrize("window", [None, 0])
-def test_history_free_prompt_that_no_longer_fits_ends_episode_as_truncated(char_tok, window):
+def test_history_free_prompt_that_no_longer_fits_ends_episode_as_truncated(char_tok, window, fake_engine):
     """At turn k >= 1, when not even the history-free prompt leaves room for a response, the episode ends as
     truncated (``agent/prompt_overflow``); the turns already generated keep training."""
     script = fixed(char_tok, "no tags")  # malformed: turn 1's message adds "could not be parsed", so it is longer
-    probe = ScriptedEngine(script)
+    probe = fake_engine(script)
     AgentProxy(probe, char_tok, AgentConfig(max_turn=1), [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     first = len(probe.calls[0][0][0])
-    engine = ScriptedEngine(script)
+    engine = fake_engine(script)
     cfg = AgentConfig(max_turn=3, max_model_len=first + 8, max_new_tokens=8, max_context_window=window)
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
     assert len(engine.calls) == 1 and batch.num_turns.tolist() == [1]
@@ -141,8 +140,8 @@ def test_history_free_prompt_that_no_longer_fits_ends_episode_as_truncated(char_
     assert not batch.extra["context_cut"].any() and int(batch.response_mask.sum()) == 8
 
 
-def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=1, think=False)
     train = [EnvGroupSpec("test_line", {}, n_groups=2, group_size=3)]
     val = [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)]
@@ -160,8 +159,8 @@ def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok):
         AgentProxy(engine, char_tok, cfg, train, []).rollout("val")
 
 
-def test_step_and_outcome_rewards_are_collected(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "<answer>right</answer>"))
+def test_step_and_outcome_rewards_are_collected(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
     cfg = AgentConfig(max_turn=3, think=False)
     spec = EnvGroupSpec("test_line", {"split": True}, 1, 1)
     batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
@@ -179,8 +178,8 @@ def test_bad_config_and_bad_template_errors(char_tok):
         EnvGroupSpec("test_line", {}, 0, 1)
 
 
-def test_response_prefix_is_a_prompt_token_and_parsed_with_the_response(char_tok):
-    engine = ScriptedEngine(fixed(char_tok, "right</answer>"))
+def test_response_prefix_is_a_prompt_token_and_parsed_with_the_response(char_tok, fake_engine):
+    engine = fake_engine(fixed(char_tok, "right</answer>"))
     cfg = AgentConfig(max_turn=2, think=False, response_prefix="<answer>")
     batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {"rewards": (1.0, 2.0)}, 1, 1)], []).rollout()
     assert batch.turn_rewards.tolist() == [[1.0, 2.0]]  # both turns parsed: prefix + response is well-formed

@@ -8,7 +8,6 @@ import warnings
 
 import pytest
 import torch
-from conftest import ScriptedEngine
 
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
 
@@ -30,8 +29,8 @@ def responses(tok):
     return script
 
 
-def test_three_turn_positions(char_tok):
-    engine = ScriptedEngine(responses(char_tok))
+def test_three_turn_positions(char_tok, fake_engine):
+    engine = fake_engine(responses(char_tok))
     cfg = AgentConfig(max_turn=3, think=False, max_model_len=4096, max_new_tokens=64)
     proxy = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)], [])
     batch = proxy.rollout("train")
@@ -83,8 +82,8 @@ def test_three_turn_positions(char_tok):
     assert "You have 3 action(s) left" in u[0] and "You have 1 action(s) left" in u[2]
 
 
-def test_turn_layout_rows_are_exact_prompts(char_tok):
-    engine = ScriptedEngine(responses(char_tok))
+def test_turn_layout_rows_are_exact_prompts(char_tok, fake_engine):
+    engine = fake_engine(responses(char_tok))
     cfg = AgentConfig(max_turn=3, think=False, layout="turn", max_context_window=1)
     proxy = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)], [])
     batch = proxy.rollout()
@@ -106,7 +105,7 @@ def test_turn_layout_rows_are_exact_prompts(char_tok):
     assert batch.extra["context_cut"].all()
 
 
-def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch):
+def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch, fake_engine):
     """A trajectory row whose history was cut for some turn is not what the model saw: it is masked out of
     training (turn ids -1, so the turn-id contract holds), counted in ``rollout/context_cut_ratio``, and the
     first such batch of the run warns once, recommending ``agent.layout=turn``. The turn layout keeps the rows."""
@@ -114,13 +113,13 @@ def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch):
 
     monkeypatch.setitem(collate._state, "warned_context_cut", False)
     new = 64
-    probe = ScriptedEngine(responses(char_tok))
+    probe = fake_engine(responses(char_tok))
     spec = [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)]
     AgentProxy(probe, char_tok, AgentConfig(max_turn=3, think=False, max_new_tokens=new), spec, []).rollout()
     p2 = [len(p) for p in probe.calls[2][0]]
     assert p2[0] > p2[1]  # env 0 answers with longer responses: only its turn-2 prompt will not fit
     cfg = AgentConfig(max_turn=3, think=False, max_new_tokens=new, max_model_len=p2[1] + new)
-    proxy = AgentProxy(ScriptedEngine(responses(char_tok)), char_tok, cfg, spec, [])
+    proxy = AgentProxy(fake_engine(responses(char_tok)), char_tok, cfg, spec, [])
     with pytest.warns(UserWarning, match="agent.layout=turn"):
         batch = proxy.rollout()
     assert batch.extra["context_cut"].tolist() == [True, False]
@@ -133,7 +132,7 @@ def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per run: the next cut batch does not warn again
         proxy.rollout()
-    turn = AgentProxy(ScriptedEngine(responses(char_tok)), char_tok, dataclasses.replace(cfg, layout="turn"),
+    turn = AgentProxy(fake_engine(responses(char_tok)), char_tok, dataclasses.replace(cfg, layout="turn"),
                       spec, []).rollout()
     assert turn.metrics["rollout/context_cut_ratio"] == 0.5
     assert (turn.response_mask.sum(dim=1) > 0).all()  # turn rows hold the exact prompts: all train

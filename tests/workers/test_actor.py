@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
+from worker_helpers import random_batch
 
 from ragen.workers import ActorConfig, CriticConfig, CriticWorker, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.logprob import token_log_probs
-from tests.workers.conftest import random_batch
 
 MODEL: dict = {}  # filled by the autouse fixture: the saved tiny model folder
 

@@ -8,13 +8,13 @@ value), and the advantage of the action that decided the reward fades to 0 as th
 from __future__ import annotations
 
 import torch
+from worker_helpers import make_lm, random_batch
 
 from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.models.value_head import ValueModel
 from ragen.workers import CriticConfig, CriticWorker, LocalWorkerGroup
 from ragen.workers.data import TrainBatch
 from ragen.workers.logprob import hidden_states
-from tests.workers.conftest import make_lm, random_batch
 
 PROMPT, GOOD, BAD, EOT = [5, 6, 7, 8], 10, 11, 2
 

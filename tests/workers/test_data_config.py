@@ -51,7 +51,7 @@ def test_combine_results():
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"lr_schedule": "linear"}, "actor.lr_schedule='linear' is unknown"),
-    ({"lr_schedule": "cosine"}, "needs actor.total_steps"),
+    ({"lr_schedule": "cosine", "total_steps": 0}, "needs actor.total_steps >= 1"),
     ({"dual_clip": 1.0}, "actor.dual_clip=1.0 must be > 1"),
     ({"kl_kind": "k9"}, "actor.kl_kind='k9'"),
     ({"loss_agg": "mean"}, "actor.loss_agg='mean'"),

@@ -10,6 +10,7 @@ import pytest
 import ray
 import torch
 from transformers import AutoModelForCausalLM
+from worker_helpers import random_batch
 
 from ragen.workers import (
     ActorConfig,
@@ -21,7 +22,6 @@ from ragen.workers import (
     WorkerGroup,
 )
 from ragen.workers.config import LOSS_AGG
-from tests.workers.conftest import random_batch
 
 
 @pytest.fixture(scope="module")

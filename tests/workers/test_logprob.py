@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from worker_helpers import make_lm, random_batch
 
 from ragen.workers.logprob import LogProbModel, is_right_padded, position_ids_from_mask, token_log_probs
-from tests.workers.conftest import make_lm, random_batch
 
 
 def naive(model, ids, attn, temperature=1.0):

@@ -162,21 +162,6 @@ def kl_penalties(
     return -coef * kl, metrics
 
 
-def kl_reward_penalty(
-    token_rewards: Tensor,
-    log_probs: Tensor,
-    ref_log_probs: Tensor,
-    mask: Tensor,
-    *,
-    coef: float,
-    kind: str = "k1",
-) -> tuple[Tensor, dict[str, float]]:
-    """``token_rewards`` plus :func:`kl_penalties`: r_t - coef * KL_t on masked tokens (rewards elsewhere
-    unchanged)."""
-    pen, metrics = kl_penalties(log_probs, ref_log_probs, mask, coef=coef, kind=kind)
-    return token_rewards + pen.to(token_rewards.dtype), metrics
-
-
 def kl_loss(
     log_probs: Tensor,
     ref_log_probs: Tensor,

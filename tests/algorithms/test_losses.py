@@ -11,7 +11,7 @@ from ragen.algorithms.losses import (
     entropy_loss,
     kl_estimate,
     kl_loss,
-    kl_reward_penalty,
+    kl_penalties,
     policy_loss,
     value_loss,
 )
@@ -115,8 +115,7 @@ def test_kl_estimators():
     torch.testing.assert_close(kl_estimate(lp, ref, "low_var_kl"), k3)
     with pytest.raises(ValueError, match="k3"):
         kl_estimate(lp, ref, "k4")
-    rewards, metrics = kl_reward_penalty(torch.tensor([[0.0, 1.0]], dtype=D), lp, ref, torch.tensor([[1, 1]]),
-                                         coef=0.1, kind="k1")
-    torch.testing.assert_close(rewards, torch.tensor([[0.0, 1.0]], dtype=D) - 0.1 * d)
+    penalties, metrics = kl_penalties(lp, ref, torch.tensor([[1, 1]]), coef=0.1, kind="k1")
+    torch.testing.assert_close(penalties, -0.1 * d)
     assert math.isclose(metrics["actor/reward_kl_penalty"], float(d.mean()), rel_tol=1e-12)
     assert math.isclose(float(kl_loss(lp, ref, torch.tensor([[1, 0]]), kind="k2")), 0.5 * float(d[0, 0]) ** 2)

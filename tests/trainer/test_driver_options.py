@@ -7,7 +7,7 @@ import pytest
 import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
 
-from ragen.algorithms.losses import kl_reward_penalty
+from ragen.algorithms.losses import kl_penalties
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
@@ -25,18 +25,20 @@ def test_critic_warmup_updates_only_the_critic(tmp_path):
     assert (tmp_path / "checkpoints" / "global_step_1" / "critic").is_dir()
 
 
-def test_kl_reward_penalty_hand_numbers():
+def test_kl_penalties_hand_numbers():
     rewards = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.0, 2.0, 0.0, 5.0]])
     lp = torch.tensor([[-1.0, -0.5, -2.0, -3.0], [-0.1, -0.2, -0.3, -0.4]])
     ref = torch.tensor([[-1.5, -0.5, -1.0, -9.0], [-0.4, -0.2, -0.3, -0.1]])
     mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]])  # masked-out tokens keep their reward (5.0 at [1, 3] is in)
-    out, m = kl_reward_penalty(rewards, lp, ref, mask, coef=0.5, kind="k1")
+    pen, m = kl_penalties(lp, ref, mask, coef=0.5, kind="k1")
+    out = rewards + pen  # what the estimators see: token_rewards + token_penalties
     # k1 = lp - ref on the mask: [[0.5, 0, -1, -], [-, 0, 0, -0.3]]
     expected = torch.tensor([[0.0 - 0.25, 0.0, 1.0 + 0.5, 0.0], [0.0, 2.0, 0.0, 5.0 + 0.15]])
     torch.testing.assert_close(out, expected)
     assert m["actor/reward_kl_penalty"] == pytest.approx((0.5 + 0.0 - 1.0 + 0.0 + 0.0 - 0.3) / 6)
     assert m["actor/reward_kl_penalty_coef"] == 0.5
-    out3, m3 = kl_reward_penalty(rewards, lp, ref, mask, coef=2.0, kind="k3")
+    pen3, m3 = kl_penalties(lp, ref, mask, coef=2.0, kind="k3")
+    out3 = rewards + pen3
     k3 = lambda d: math.exp(-d) + d - 1.0  # noqa: E731
     assert float(out3[0, 0]) == pytest.approx(0.0 - 2.0 * k3(0.5))
     assert float(out3[0, 2]) == pytest.approx(1.0 - 2.0 * k3(-1.0))

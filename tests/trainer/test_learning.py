@@ -1,8 +1,11 @@
 """Learning checks: short runs of the default model whose validation success must rise (and, for the negative
 controls, must not). Validation is greedy on fixed seeds.
 
-- ``slow`` (runs in CI): PPO with token GAE and a critic on the bandit (train_ppo.sh's setting).
-- ``learning`` (``scripts/learning_check.sh``, not in the default run): GRPO on the bandit, and credit assignment
+All are marked ``learning``: they run in ``scripts/learning_check.sh``, not in the default run (each takes 10-20
+minutes of 2 CPU cores with fp32). The CI-sized checks of the same machinery are
+tests/workers/test_critic_alignment.py (a trained critic gives the decisive token its advantage) and
+tests/workers/test_update_direction.py (an update moves log-probs with the advantages' signs).
+- PPO with token GAE and a critic on the bandit (train_ppo.sh's setting), GRPO on the bandit, and credit assignment
   across turns on ``delayed_choice`` (the door chosen at turn 1 decides a reward paid after turn 2) for
   bilevel_gae, turn_gae, gigpo and ms_grpo, each with a negative control that cannot carry the final reward back
   to turn 1 and must stay under the same threshold on the same seeds.
@@ -47,7 +50,7 @@ def learning_run(tmp_path: Path, config: str, overrides: list[str], label: str) 
     return before, after, records
 
 
-@pytest.mark.slow
+@pytest.mark.learning
 @pytest.mark.timeout(2700)
 def test_bandit_gae_with_critic_learns(tmp_path):
     """train_ppo.sh's estimator (token GAE, critic) raises greedy validation success on 32 fixed seeds, and the

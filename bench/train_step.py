@@ -2,13 +2,16 @@
 
     python bench/train_step.py                       # default model, batch 8 x 512, 2 threads
     python bench/train_step.py --micro 8 --repeats 3
+    python bench/train_step.py --batch 8 --seq-len 190 --shared-prefix 120 --micro 8   # a bandit-like batch
 
 Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (old log-probs, no grad) and
 ``update`` (1 mini-batch of all sequences, micro-batches of ``--micro`` with gradient accumulation, chunked
 log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same precision
 (``--precision``, default ``auto``: bf16 autocast where the CPU has native bf16, else fp32), full log_softmax
 over the logits, the same clipped loss formula, backward, clip, AdamW step.
-Prints the phase breakdown, tokens/s and ``ratio = bare_time / ours`` (goal >= 0.8). The two loops alternate
+Prints the phase breakdown, tokens/s and ``ratio = bare_time / ours`` (goal >= 0.8). With ``--shared-prefix N``
+the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
+then runs the shared-prefix packing (``ragen.workers.packing``), the bare loop the plain batch. The two loops alternate
 and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
 only ever adds time.
 """
@@ -21,12 +24,14 @@ import time
 import torch
 
 
-def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0):
-    """Random ids, full attention, response mask on the second half, random advantages."""
+def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0, shared_prefix: int = 0):
+    """Random ids (the first ``shared_prefix`` equal in every row), full attention, response mask on the second
+    half, random advantages."""
     from ragen.workers import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, seq_len), generator=g)
+    ids[:, :shared_prefix] = ids[0, :shared_prefix]
     attn = torch.ones(batch, seq_len, dtype=torch.long)
     resp = torch.zeros(batch, seq_len, dtype=torch.long)
     resp[:, seq_len // 2:] = 1
@@ -67,6 +72,7 @@ def main() -> None:
     p.add_argument("--micro", type=int, default=4, help="micro-batch size (sequences) for both loops")
     p.add_argument("--repeats", type=int, default=3, help="timed steps per loop after one warm-up step")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--shared-prefix", type=int, default=0, help="tokens every row shares from position 0")
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
                    help="mixed precision of both loops (auto: bf16 only where the CPU has native bf16)")
     args = p.parse_args()
@@ -82,7 +88,7 @@ def main() -> None:
                       clip_high=0.2)
     ours, t_init = timed(lambda: LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=cfg))
     vocab = ours.worker.config.vocab_size
-    batch = make_batch(args.batch, args.seq_len, vocab)
+    batch = make_batch(args.batch, args.seq_len, vocab, shared_prefix=args.shared_prefix)
     tokens = args.batch * args.seq_len
     ours.call("compute_log_probs", batch.select(slice(0, 1)))  # warm-up (kernel selection)
     old, t_lp = timed(lambda: ours.call("compute_log_probs", batch))
@@ -103,7 +109,8 @@ def main() -> None:
             bare_times.append(t_bare)
     # best of N: on a shared machine background load only ever adds time, so the minimum is the estimate
     t_ours, t_bare = min(ours_times), min(bare_times)
-    print(f"\nmodel {name}, batch {args.batch} x {args.seq_len} ({tokens} tokens, response on the second half), "
+    print(f"\nmodel {name}, batch {args.batch} x {args.seq_len} ({tokens} tokens, response on the second half, "
+          f"first {args.shared_prefix} shared), "
           f"micro {args.micro}, threads {torch.get_num_threads()}, {precision} compute + fp32 master weights ({why})")
     print(f"  worker init             {t_init:7.2f} s")
     print(f"  phase log-probs (old)   {t_lp:7.2f} s   {tokens / t_lp:8.0f} tokens/s")

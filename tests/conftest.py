@@ -60,11 +60,15 @@ class FakeEngine:
     ``script(call_index, prompt_index, prompt_ids) -> list[int]`` gives the sampled ids (cut at
     ``max_new_tokens``); the j-th sampled token of call c has log-prob ``-(c + 1) * 0.01 - j * 0.001`` (distinct,
     checkable). The finish reason is ``stop`` when the last id is one of ``sampling.stop_token_ids``, else
-    ``length``. ``calls`` holds ``(prompts, sampling)`` per call; ``updates`` the state dicts it was sent.
+    ``length``. With ``decode`` (ids -> text) stop strings are honoured as the real engines do: the ids end with
+    the first token whose text completes one. ``calls`` holds ``(prompts, sampling)`` per call; ``updates`` the
+    state dicts it was sent.
     """
 
-    def __init__(self, script: Callable[[int, int, list[int]], list[int]]) -> None:
+    def __init__(self, script: Callable[[int, int, list[int]], list[int]],
+                 decode: Callable[[list[int]], str] | None = None) -> None:
         self.script = script
+        self.decode = decode
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.updates: list = []
 
@@ -79,10 +83,21 @@ class FakeEngine:
         out = []
         for i, prompt in enumerate(prompt_token_ids):
             ids = list(self.script(call, i, list(prompt)))[: sampling.max_new_tokens]
+            hit = self._stop_string_end(ids, sampling.stop)
+            ids = ids[:hit] if hit else ids
             lps = [-(call + 1) * 0.01 - j * 0.001 for j in range(len(ids))]
-            stop = bool(ids) and ids[-1] in sampling.stop_token_ids
+            stop = bool(hit) or (bool(ids) and ids[-1] in sampling.stop_token_ids)
             out.append(Sample(ids, lps, "stop" if stop else "length"))
         return out
+
+    def _stop_string_end(self, ids: list[int], stop: tuple[str, ...]) -> int:
+        """1 + index of the token completing the first stop string, or 0 (none, or no ``decode``)."""
+        if self.decode is None or not stop:
+            return 0
+        for n in range(1, len(ids) + 1):
+            if any(s in self.decode(ids[:n]) for s in stop):
+                return n
+        return 0
 
     def update_weights(self, state_dict) -> None:
         self.updates.append(state_dict)

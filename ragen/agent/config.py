@@ -20,6 +20,9 @@ class AgentConfig:
     ``response_prefix``: text forced at the start of every response (e.g. ``"<answer>"`` with ``think=False``),
     appended to each prompt as prompt tokens (response_mask 0); the parser reads prefix + response. Small models
     that rarely open the answer tag on their own learn from format-valid turns this way.
+    ``stop_at_answer``: generation stops at the closing answer tag (the token completing it is kept and is the
+    turn's last model token, where its reward sits; the end-of-turn token appended after it has response mask 0),
+    so nothing the model writes after its action is sampled, trained on or paid for.
     """
 
     max_turn: int = 5
@@ -38,6 +41,12 @@ class AgentConfig:
     layout: str = "trajectory"
     system_prompt: str | None = None
     response_prefix: str = ""
+    stop_at_answer: bool = True
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        """Stop strings of every engine call: the closing answer tag when ``stop_at_answer`` (else none)."""
+        return (f"</{self.answer_tag}>",) if self.stop_at_answer else ()
 
     def __post_init__(self) -> None:
         if self.max_turn < 1:

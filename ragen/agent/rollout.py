@@ -13,8 +13,9 @@ row trains nothing: its ``response_mask`` and ``token_rewards`` are zeroed and `
 group-relative estimators may also drop the row's whole group with ``batch.select``.
 
 Rows are right-padded with ``tokenizer.pad_token_id`` (the end-of-turn id when the tokenizer has none).
-Generation stops at the template's end-of-turn token; a response cut by the token budget is closed with that
-token as a non-model token (response_mask 0). ``agent/time/*`` metrics split rollout time into generation
+Generation stops at the template's end-of-turn token, or at the closing answer tag (``stop_at_answer``); a
+response that does not end with the end-of-turn token (stopped at the tag, or cut by the token budget) is closed
+with that token as a non-model token (response_mask 0). ``agent/time/*`` metrics split rollout time into generation
 and everything else.
 """
 
@@ -129,6 +130,7 @@ class AgentProxy:
         sampling = SamplingParams(
             temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
             max_new_tokens=max(p.max_new_tokens for p in plans), stop_token_ids=(self.fmt.eot_id,), seed=seed,
+            stop=cfg.stop_strings,
         )  # fmt: skip
         t0 = time.perf_counter()
         samples = self.engine.generate([p.ids for p in plans], sampling)
@@ -139,7 +141,7 @@ class AgentProxy:
         for i, plan, sample in zip(active, plans, samples, strict=True):
             ids = list(sample.token_ids)[: plan.max_new_tokens]
             log_probs = list(sample.log_probs)[: plan.max_new_tokens]
-            stats["cutoffs"] += int(not ids or ids[-1] != self.fmt.eot_id)
+            stats["cutoffs"] += int(sample.finish_reason == "length" or len(sample.token_ids) > len(ids))
             contexts[i].use_plan(plan)
             contexts[i].add_response(ids, log_probs)
             self._act(manager.slots[i], contexts[i], ids)
@@ -155,12 +157,13 @@ class AgentProxy:
         actions = parsed.actions[: slot.max_actions]
         slot.obs_keys.append(slot.observation)
         outcome = EnvManager.step(slot, actions)
-        reward = outcome.reward + (0.0 if parsed.format_ok else cfg.format_penalty)
+        penalty = 0.0 if parsed.format_ok else cfg.format_penalty
+        reward = outcome.reward + penalty
         slot.actions_total += outcome.executed if parsed.format_ok else 1
         slot.actions_valid += outcome.valid
         slot.actions_effective += outcome.effective
         slot.turn_rewards.append(reward)
-        slot.step_rewards.append(outcome.step_reward)
+        slot.step_rewards.append(outcome.step_reward + penalty)  # the proxy's penalty is a per-turn (step) reward
         slot.outcome_reward += outcome.outcome_reward
         slot.has_split = slot.has_split or outcome.has_split
         slot.observation = outcome.observation

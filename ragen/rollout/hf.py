@@ -5,6 +5,8 @@ exactly the sampled ones and their log-probs are those of the distribution actua
 
 - prompts are left-padded into one batch (attention mask + position ids), prefilled once, then decoded one token
   per step; rows that finish are dropped from the batch and the KV cache, so short answers cost nothing;
+- the prefix every prompt of a batch shares (system prompt, env instructions) is prefilled once and its KV cache
+  shared, and the prefill keeps logits for the last position only: together ~3x less prefill on the bandit;
 - ``temperature > 0``: log-probs of ``softmax(logits / T)``, restricted to the top-k / nucleus (top-p) set and
   renormalised when ``top_k > 0`` or ``top_p < 1`` (keep ``top_p=1, top_k=0`` for training, see ``base.py``);
 - ``temperature == 0``: greedy argmax; the point mass has log-prob 0, so we report the untempered ``T = 1``
@@ -26,6 +28,7 @@ from ragen.rollout.base import Sample, SamplingParams
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
+MIN_SHARED_PREFIX = 16  # tokens; a shorter common prefix is not worth a separate forward pass
 _NAME_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
 
 
@@ -59,6 +62,16 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float = 
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logp = logp.masked_fill(drop, float("-inf"))
     return torch.log_softmax(logp, dim=-1)
+
+
+def _shared_prefix_len(prompts: list[list[int]]) -> int:
+    """Length of the longest prefix common to all prompts, at most ``min(len) - 1`` (every row keeps one token)."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
 
 
 def _check_sampling(sampling: SamplingParams) -> None:
@@ -152,16 +165,35 @@ class HFEngine:
         return results  # type: ignore[return-value]
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """Left-pad and run the prompts: returns last logits (B, V), KV cache, attention mask (B, L), next pos (B,)."""
-        width = max(len(p) for p in prompts)
+        """Run the prompts: returns last logits (B, V), KV cache, attention mask (B, L), next position (B,).
+
+        The prefix all prompts share (the system prompt and instructions of one env, often most of the prompt)
+        is run once for one row and its KV cache repeated over the batch; then each prompt's own suffix is
+        left-padded after it (mask ``[1]*P + [0]*pad + [1]*suffix``, positions continuing from P). Logits are
+        kept for the last position only.
+        """
+        shared = _shared_prefix_len(prompts) if len(prompts) > 1 else 0
+        cache = None
+        if shared >= MIN_SHARED_PREFIX:
+            pre = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=pre, position_ids=torch.arange(shared, device=self.device)[None],
+                             use_cache=True, logits_to_keep=1)
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(len(prompts))
+        else:
+            shared = 0
+        suffixes = [p[shared:] for p in prompts]
+        width = max(len(p) for p in suffixes)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        own = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, suffix in enumerate(suffixes):
+            ids[row, width - len(suffix) :] = torch.tensor(suffix, dtype=torch.long)
+            own[row, width - len(suffix) :] = 1
+        ids, own = ids.to(self.device), own.to(self.device)
+        positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
+        mask = torch.cat([own.new_ones((len(prompts), shared)), own], dim=1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
         return out.logits[:, -1, :], out.past_key_values, mask, positions[:, -1] + 1
 
     def _generate_chunk(

@@ -126,6 +126,15 @@ def worker_threads(cfg: TrainConfig) -> int | None:
     return max(1, (os.cpu_count() or 1) // ranks)
 
 
+def driver_threads(cfg: TrainConfig) -> int | None:
+    """Torch threads of the driver process, where the hf engine generates: ``trainer.num_threads``, else every
+    core on CPU (the workers are idle while it generates, since the phases run one at a time; an inherited
+    ``OMP_NUM_THREADS=1`` would otherwise leave half of a 2-core machine unused during rollout)."""
+    if cfg.trainer.num_threads:
+        return cfg.trainer.num_threads
+    return None if device(cfg) == "cuda" else max(1, os.cpu_count() or 1)
+
+
 def precision_summary(cfg: TrainConfig) -> str:
     """One log line: the concrete precision of the actor, critic and engine on this run's device, and why.
 

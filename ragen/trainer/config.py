@@ -106,6 +106,7 @@ class AgentSection:
     layout: str = "trajectory"
     system_prompt: str | None = None
     response_prefix: str = ""
+    stop_at_answer: bool = True
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,9 @@ class PPOTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
         seed_everything(cfg.trainer.seed)
-        if cfg.trainer.num_threads:
-            torch.set_num_threads(cfg.trainer.num_threads)
+        threads = builders.driver_threads(cfg)
+        if threads:
+            torch.set_num_threads(threads)
         if cfg.trainer.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.model_path, self.tokenizer = builders.prepare_model(cfg)

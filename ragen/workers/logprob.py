@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
+from ragen.workers.packing import attention_mask_for, plan_packing, unpack
+
 
 def causal_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     """(base model returning hidden states, lm_head) of a HF ``*ForCausalLM`` (tied embeddings work too)."""
@@ -39,9 +41,17 @@ def is_right_padded(attention_mask: torch.Tensor) -> bool:
 def hidden_states(base: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Last hidden states (B, T, H) of the base model, with position ids from the mask.
 
-    Right-padded batches drop the explicit mask: causal attention already hides the trailing padding from
-    every real token, and the unmasked path uses the fast fused causal SDPA kernel.
+    When the rows share a long prefix (``ragen.workers.packing``) the batch runs as one packed row that computes
+    the prefix once. Otherwise right-padded batches drop the explicit mask: causal attention already hides the
+    trailing padding from every real token, and the unmasked path uses the fast fused causal SDPA kernel.
     """
+    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
+    plan = plan_packing(input_ids, attention_mask, impl)
+    if plan is not None:
+        dtype = base.get_input_embeddings().weight.dtype
+        out = base(input_ids=plan.ids, attention_mask=attention_mask_for(plan, impl, dtype),
+                   position_ids=plan.positions, use_cache=False)
+        return unpack(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], plan)
     mask = None if is_right_padded(attention_mask) else attention_mask
     out = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids_from_mask(attention_mask),
                use_cache=False)

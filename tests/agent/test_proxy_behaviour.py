@@ -169,6 +169,44 @@ def test_step_and_outcome_rewards_are_collected(char_tok, fake_engine):
     assert torch.equal(batch.token_rewards.sum(1), batch.turn_rewards.sum(1))
 
 
+def test_format_penalty_is_part_of_the_step_reward(char_tok, fake_engine):
+    """MS-GRPO normalises step rewards R^T and outcomes R^O apart: a malformed turn's penalty must reach R^T, or
+    the turn-credit estimators never see it (measured: format collapse on delayed_choice)."""
+    good = char_tok("<answer>right</answer><|end|>", add_special_tokens=False)["input_ids"]
+    bad = char_tok("no tags<|end|>", add_special_tokens=False)["input_ids"]
+    engine = fake_engine(lambda call, i, prompt: bad if call == 1 else good)
+    cfg = AgentConfig(max_turn=3, think=False, format_penalty=-0.25)
+    spec = EnvGroupSpec("test_line", {"split": True}, 1, 1)
+    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    assert batch.turn_rewards.tolist() == [[1.0, -0.25, 0.0]]  # turn 2 is the env's second step (reward 0.0)
+    assert batch.step_rewards.tolist() == [[1.0, -0.25, 0.0]]
+    assert batch.outcome_rewards.tolist() == [0.0]  # 2 env steps of a horizon of 3: not done
+    assert batch.episodes[0].turns[1].step_reward == 0.0  # the record keeps the env's own figure
+
+
+@pytest.mark.parametrize("stop_at_answer", [True, False])
+def test_generation_stops_at_the_closing_answer_tag(char_tok, fake_engine, stop_at_answer):
+    """With stop_at_answer the response ends with the token completing </answer>: that token is the turn's last
+    model token and carries the reward, the end-of-turn token appended after it has response mask 0, and the
+    text the model would have written after its action is never sampled."""
+    text = "<answer>right</answer> and then I ramble"
+    script = char_tok(text + "<|end|>", add_special_tokens=False)["input_ids"]
+    engine = fake_engine(lambda call, i, prompt: script, decode=char_tok.decode)
+    cfg = AgentConfig(max_turn=1, think=False, stop_at_answer=stop_at_answer)
+    batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, 1, 1)], []).rollout()
+    assert engine.calls[0][1].stop == (("</answer>",) if stop_at_answer else ())
+    row, mask = batch.input_ids[0].tolist(), batch.response_mask[0].tolist()
+    model_text = char_tok.decode([t for t, m in zip(row, mask, strict=True) if m])
+    last = max(i for i, m in enumerate(mask) if m)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    assert row[last + 1] == eot and mask[last + 1] == 0 if stop_at_answer else row[last] == eot
+    assert model_text == ("<answer>right</answer>" if stop_at_answer else text + "<|end|>")
+    reward = 1.0 if stop_at_answer else -0.1  # the parser rejects text after </answer>: a format penalty
+    assert batch.token_rewards[0, last].item() == pytest.approx(reward)
+    assert batch.token_rewards[0].sum().item() == pytest.approx(reward)
+    assert batch.episodes[0].turns[0].format_ok is stop_at_answer and batch.metrics["agent/length_cutoffs"] == 0.0
+
+
 def test_bad_config_and_bad_template_errors(char_tok):
     with pytest.raises(ValueError, match="layout"):
         AgentConfig(layout="steps")

@@ -7,7 +7,7 @@ import torch
 
 from ragen.models import tiny_model
 from ragen.rollout import SamplingParams
-from ragen.rollout.hf import HFEngine, sampling_log_probs
+from ragen.rollout.hf import MIN_SHARED_PREFIX, HFEngine, _shared_prefix_len, sampling_log_probs
 
 PROMPTS = [[1, 2000, 300, 45, 9], [7], [1, 11, 12, 13, 14, 15, 16, 17, 18], [400, 401]]
 
@@ -79,6 +79,32 @@ def test_greedy_is_deterministic_and_batch_invariant(engine):
     assert [s.token_ids for s in first] == [s.token_ids for s in again] == [s.token_ids for s in alone]
     for a, b in zip(first, alone, strict=True):
         assert torch.allclose(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-4)
+
+
+SHARED = list(range(100, 100 + MIN_SHARED_PREFIX + 4))  # a common prefix long enough to be prefilled once
+SHARED_PROMPTS = [SHARED + [7, 8, 9], SHARED + [5], SHARED + [5, 6, 1, 2, 3, 4], SHARED[:-1] + [11]]
+
+
+def test_shared_prefix_length():
+    assert _shared_prefix_len(SHARED_PROMPTS) == len(SHARED) - 1
+    assert _shared_prefix_len(SHARED_PROMPTS[:3]) == len(SHARED)
+    assert _shared_prefix_len([[1, 2, 3], [1, 2, 3]]) == 2  # each row keeps a token of its own
+    assert _shared_prefix_len([[1, 2], [3, 2]]) == 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_shared_prefix_prefill_equals_separate_prompts(engine, temperature):
+    """Prompts with a long common prefix (prefilled once, KV cache repeated, suffixes left-padded after it) give
+    the samples and log-probs of each prompt run alone and of a teacher-forced forward pass."""
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=8, seed=4)
+    engine.batch_size = len(SHARED_PROMPTS)
+    batched = engine.generate(SHARED_PROMPTS, sampling)
+    for prompt, sample in zip(SHARED_PROMPTS, batched, strict=True):
+        ref = teacher_forced(engine.model, prompt, sample.token_ids, sampling)
+        assert torch.allclose(torch.tensor(sample.log_probs), ref, atol=1e-4)
+    if temperature == 0.0:
+        alone = [engine.generate([p], sampling)[0] for p in SHARED_PROMPTS]
+        assert [s.token_ids for s in batched] == [s.token_ids for s in alone]
 
 
 def test_temperature_zero_decodes_the_argmax(engine):

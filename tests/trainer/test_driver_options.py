@@ -106,3 +106,18 @@ def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
             assert (old - ref)[mask].abs().max() < 1e-5
         else:
             assert (old - ref)[mask].abs().max() > 1e-3  # the check above is not vacuous at step 2
+
+
+def test_thread_counts_per_process(tmp_path, monkeypatch):
+    """The driver (hf engine) takes every core on CPU and the workers share them per role; trainer.num_threads
+    overrides both."""
+    from ragen.trainer import builders
+
+    monkeypatch.setattr(builders.os, "cpu_count", lambda: 8)
+    free = [*tiny_overrides(tmp_path, 1), "trainer.num_threads=null"]
+    cfg = load_train_config("ppo_bandit", free)
+    assert builders.driver_threads(cfg) == 8 and builders.worker_threads(cfg) == 8
+    two = load_train_config("ppo_bandit", [*free, "trainer.actor_world_size=2"])
+    assert builders.driver_threads(two) == 8 and builders.worker_threads(two) == 4
+    fixed = load_train_config("ppo_bandit", [*free, "trainer.num_threads=3"])
+    assert builders.driver_threads(fixed) == 3 and builders.worker_threads(fixed) == 3

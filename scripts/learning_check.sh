@@ -16,9 +16,11 @@ rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 flags = open("/proc/cpuinfo").read() if platform.system() == "Linux" else ""
 kind = "native bf16 (avx512_bf16/amx)" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "no native bf16 (fp32)"
 print(f"\nlearning table ({platform.machine()}, {kind})")
-print(f"{'run':<48}{'success before -> after':>26}{'steps':>7}{'minutes':>9}")
+print(f"{'run':<48}{'success before -> warm start -> after RL':>42}{'steps':>7}{'minutes':>9}")
 for r in rows:
-    print(f"{r['run']:<48}{r['before']:>15.2f} -> {r['after']:<8.2f}{r['steps']:>7}{r['minutes']:>9.1f}")
+    warm = r.get("after_warm_start")
+    mid = f"{warm:>6.2f}" if warm is not None else f"{'-':>6}"
+    print(f"{r['run']:<48}{r['before']:>20.2f} -> {mid} -> {r['after']:<8.2f}{r['steps']:>7}{r['minutes']:>9.1f}")
 PY
 rm -f "$results"
 exit "$status"

@@ -22,6 +22,7 @@ and everything else.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ragen.agent.batch import RolloutBatch, TurnRecord
@@ -30,7 +31,9 @@ from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot
 from ragen.agent.parser import parse_response
-from ragen.rollout.base import SamplingParams
+from ragen.rollout.base import Sample, SamplingParams
+
+Responder = Callable[[list[EnvSlot], list[list[int]], SamplingParams], list[Sample]]
 
 
 class AgentProxy:
@@ -69,8 +72,12 @@ class AgentProxy:
         self.val_seed = int(state["val_seed"])
         self.train_calls = int(state["train_calls"])
 
-    def rollout(self, mode: str = "train") -> RolloutBatch:
-        """One batch of episodes: ``"train"`` advances the seeds each call, ``"val"`` uses fixed seeds."""
+    def rollout(self, mode: str = "train", responder: Responder | None = None) -> RolloutBatch:
+        """One batch of episodes: ``"train"`` advances the seeds each call, ``"val"`` uses fixed seeds.
+
+        ``responder(slots, prompts, sampling) -> samples`` answers instead of ``engine.generate`` (e.g.
+        ``ragen.agent.expert.ExpertResponder``: the envs' experts for a warm start); all else is unchanged.
+        """
         if mode not in self.managers:
             valid = sorted(self.managers)
             raise ValueError(f"unknown rollout mode {mode!r}; valid modes: {valid} (val needs val_envs)")
@@ -85,7 +92,7 @@ class AgentProxy:
         manager.reset(manager.group_seeds(base, counter))
         contexts: list[EpisodeContext | None] = [self._open(slot) for slot in manager.slots]
         for turn in range(max(slot.max_turn for slot in manager.slots)):
-            if not self._turn(manager, contexts, turn, base * 1_000_003 + counter * 101 + turn, stats):
+            if not self._turn(manager, contexts, turn, base * 1_000_003 + counter * 101 + turn, stats, responder):
                 break
         for slot in manager.slots:
             assert slot.record is not None
@@ -109,7 +116,8 @@ class AgentProxy:
         ctx.add_user(self._user_text(slot, legal, 0, ""))
         return ctx
 
-    def _turn(self, manager: EnvManager, contexts: list, turn: int, seed: int, stats: dict) -> bool:
+    def _turn(self, manager: EnvManager, contexts: list, turn: int, seed: int, stats: dict,
+              responder: Responder | None = None) -> bool:
         """Generate for every active env and step it; False when no env was active."""
         cfg = self.cfg
         active, plans = [], []
@@ -133,7 +141,11 @@ class AgentProxy:
             stop=cfg.stop_strings,
         )  # fmt: skip
         t0 = time.perf_counter()
-        samples = self.engine.generate([p.ids for p in plans], sampling)
+        prompts = [p.ids for p in plans]
+        if responder is None:
+            samples = self.engine.generate(prompts, sampling)
+        else:
+            samples = responder([manager.slots[i] for i in active], prompts, sampling)
         stats["generate_s"] += time.perf_counter() - t0
         stats["calls"] += 1
         if len(samples) != len(plans):

@@ -187,3 +187,22 @@ def entropy_loss(
 ) -> Tensor:
     """Aggregated per-token entropy (B, T) over ``mask``; the caller subtracts ``entropy_coef`` times it."""
     return aggregate_loss(entropy, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+
+
+def bc_loss(
+    log_probs: Tensor,
+    mask: Tensor,
+    *,
+    agg: str = "token-mean",
+    num_tokens: float | None = None,
+    num_seqs: float | None = None,
+) -> Tensor:
+    """Behaviour cloning: the negative log-likelihood of the demonstrated tokens, aggregated over ``mask``.
+
+    log_probs: (B, T) log p(token t | tokens < t) under the policy at temperature 1 (``token_log_probs``);
+    mask: (B, T) 1 on the tokens to imitate, the RL response mask (model tokens only: prompt, env observation,
+    forced-prefix and padding tokens are never imitated). Supervised warm start on expert trajectories
+    (``ragen.sft``) and online filtered BC (the ArCHer paper's baseline: the same loss on the agent's own best
+    trajectories) both use it.
+    """
+    return aggregate_loss(-log_probs, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)

@@ -8,6 +8,10 @@ only hint (RAGEN's "phoenix" vs "dragon").
 Episode: one valid pull ends the episode. An invalid action also ends it, with reward 0 and
 ``action_is_valid=False`` (the env is single-turn: there is no second chance, like a wrong answer).
 Determinism: the arm order and the high arm's payout draw both come from ``random.Random(seed)``.
+Expert (``expert_action``): the high arm (the higher expected payout).
+The instructions give no example answer: an example naming one arm ("e.g. phoenix") is a hint a small model
+copies, and RL then never samples the other arm (the default model answered phoenix in all of 96 training
+episodes of a PPO run once the format was learnt).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import random
 
 from ragen.env.base import StepResult, register
-from ragen.env.text_utils import finished_step, match_choice, require_reset, step_info
+from ragen.env.text_utils import finished_step, match_choice, require_active, require_reset, step_info
 
 
 @register("bandit")
@@ -41,8 +45,7 @@ class BanditEnv:
             "You are playing a two-armed bandit. Goal: get the highest expected reward. One arm pays a small "
             "reward every time; the other pays a large reward only sometimes, and its expected reward is "
             "higher. The observation lists the two arm names; their symbolic meaning hints at how each arm "
-            "pays. You get a single pull. Answer with the name of the arm to pull, e.g. "
-            f"{self.low_arm}."
+            "pays. You get a single pull. Answer with the name of one of the two arms."
         )
         self._order: list[str] = []
         self._high_wins = False
@@ -61,6 +64,11 @@ class BanditEnv:
 
     def legal_actions(self) -> str:
         return ", ".join(self._order or [self.low_arm, self.high_arm])
+
+    def expert_action(self) -> str:
+        """The high-risk arm: its expected payout is the higher one."""
+        require_active(self._started, self._done, "bandit")
+        return self.high_arm
 
     def step(self, action: str) -> StepResult:
         require_reset(self._started, "bandit")

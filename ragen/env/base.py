@@ -13,6 +13,15 @@ Environments with turn-level credit (e.g. ``search_qa``) add ``step_reward`` and
 ``info`` and say so with the class attribute ``STEP_OUTCOME_SPLIT = True`` (read by config validation before
 any worker starts); the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``.
 Invalid or garbage actions never raise: they return ``action_is_valid=False`` and leave the state as is.
+
+Optional: ``expert_action() -> str``, the action a good (ideally optimal) player takes in the *current* state,
+written exactly as ``step`` accepts it (one action, no tags), so ``while not done: env.step(env.expert_action())``
+plays the env. It only reads the state: it never changes it nor draws from the env's randomness (calling it twice
+gives the same answer, and an env stepped with expert actions behaves exactly like one stepped with the same
+strings typed by hand), and it works from any reachable state, also one reached by other actions (noisy experts
+recover). It raises ``RuntimeError`` before ``reset`` and once the episode is over. ``has_expert(name)`` tells which
+envs have one (used by the supervised warm start, ``ragen.agent.expert``); envs without one say why in their
+module docstring.
 """
 
 from __future__ import annotations
@@ -108,6 +117,11 @@ def reports_step_split(name: str) -> bool:
     """True when env ``name`` reports the step / outcome reward split (``STEP_OUTCOME_SPLIT``) that MS-GRPO and
     MS-PO need."""
     return bool(getattr(_lookup(name), "STEP_OUTCOME_SPLIT", False))
+
+
+def has_expert(name: str) -> bool:
+    """True when env ``name``'s registered factory has an ``expert_action`` method (see the module docstring)."""
+    return callable(getattr(_lookup(name), "expert_action", None))
 
 
 def make(name: str, **config: Any) -> Env:

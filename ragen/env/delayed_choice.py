@@ -13,6 +13,7 @@ The option order is shuffled by the seed, and nothing in the text says which doo
 reward alone (like the bandit's arms). Any answer that is not one of the offered options ends the episode with
 reward 0 (``action_is_valid=False``). Deterministic per seed; no randomness in the reward. Every step reports
 the step / outcome split of MS-GRPO: step reward 0 on every turn, the outcome reward on the last one.
+Expert (``expert_action``): ``good_door`` on the first turn, then the first chest offered (chests change nothing).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import random
 
 from ragen.env.base import StepResult, register
-from ragen.env.text_utils import finished_step, match_choice, require_reset, step_info
+from ragen.env.text_utils import finished_step, match_choice, require_active, require_reset, step_info
 
 
 @register("delayed_choice")
@@ -69,6 +70,11 @@ class DelayedChoiceEnv:
 
     def legal_actions(self) -> str:
         return ", ".join(self._options or self.doors)
+
+    def expert_action(self) -> str:
+        """``good_door`` on the first turn, then the first chest offered (any chest is as good)."""
+        require_active(self._started, self._done, "delayed_choice")
+        return self.good_door if self._turn == 0 else self._options[0]
 
     def step(self, action: str) -> StepResult:
         require_reset(self._started, "delayed_choice")

@@ -9,15 +9,32 @@ Grid legend: ``P`` player, ``_`` frozen ice (the start cell included), ``O`` hol
 Reward 1 on reaching the goal, else 0; the episode ends on the goal, in a hole or after ``max_steps``
 valid actions. ``action_is_effective`` means the player's cell changed (a slip counts if it moved).
 Invalid actions: reward 0, state (and step count) unchanged, episode goes on.
+
+Expert (``expert_action``): on plain ice the first move of a shortest path to the goal (``shortest_path``, BFS over
+the current map from the current cell); on slippery ice the move that maximises the probability of reaching the
+goal within the remaining steps (value iteration over gymnasium's transition table). When the goal cannot be
+reached, a legal move that does not walk into a hole if there is one.
 """
 
 from __future__ import annotations
+
+import functools
+from collections import deque
 
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as _GymFrozenLake
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 
 from ragen.env.base import StepResult, register
-from ragen.env.text_utils import finished_step, legend_text, match_choice, render_grid, require_reset, step_info
+from ragen.env.text_utils import (
+    GRID_MOVES,
+    finished_step,
+    legend_text,
+    match_choice,
+    render_grid,
+    require_active,
+    require_reset,
+    step_info,
+)
 
 ACTIONS: tuple[str, ...] = ("Left", "Down", "Right", "Up")  # index = gymnasium's action id
 LEGEND: dict[str, str] = {
@@ -30,6 +47,50 @@ LEGEND: dict[str, str] = {
 }
 _TILE_SYMBOL = {"S": "_", "F": "_", "H": "O", "G": "G"}
 _PLAYER_SYMBOL = {"S": "P", "F": "P", "H": "X", "G": "√"}
+
+
+def shortest_path(desc: list[str], start: tuple[int, int], goal_tile: str = "G") -> list[str] | None:
+    """Action names of a shortest walk on map ``desc`` from ``start`` (row, col) to the nearest tile of type
+    ``goal_tile`` (``"G"``; ``"H"`` finds the nearest hole), without stepping on any other hole or goal (the
+    episode would end there); ``[]`` when ``start`` is such a tile, None when none is reachable. Deterministic:
+    moves are tried in the order of ``ACTIONS``."""
+    size = len(desc)
+    parents: dict[tuple[int, int], tuple[tuple[int, int], str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if desc[cell[0]][cell[1]] == goal_tile:
+            path = []
+            while parents[cell] is not None:
+                cell, action = parents[cell]
+                path.append(action)
+            return path[::-1]
+        if desc[cell[0]][cell[1]] in "HG":
+            continue  # the episode would end here
+        for action in ACTIONS:
+            d_row, d_col = GRID_MOVES[action]
+            nxt = (cell[0] + d_row, cell[1] + d_col)
+            if 0 <= nxt[0] < size and 0 <= nxt[1] < len(desc[0]) and nxt not in parents:
+                parents[nxt] = (cell, action)
+                queue.append(nxt)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _slippery_values(desc: tuple[str, ...], horizon: int) -> list[list[float]]:
+    """``values[k][s]``: the highest probability of reaching the goal from state ``s`` within ``k`` moves on slippery
+    ice (gymnasium's transition table for map ``desc``), for ``k`` = 0.. until the values stop changing (later
+    horizons equal the last entry) or ``horizon``."""
+    table = _GymFrozenLake(desc=list(desc), is_slippery=True).P
+    values = [[0.0] * (len(desc) * len(desc[0]))]
+    for _ in range(horizon):
+        last = values[-1]
+        new = [max(sum(p * (float(r) if term else last[nxt]) for p, nxt, r, term in table[s][a])
+                   for a in range(len(ACTIONS))) for s in range(len(last))]
+        if max(abs(a - b) for a, b in zip(new, last, strict=True)) < 1e-12:
+            break
+        values.append(new)
+    return values
 
 
 @register("frozen_lake")
@@ -85,6 +146,44 @@ class FrozenLakeEnv:
         rows = [[_TILE_SYMBOL[ch] for ch in line] for line in self._desc]
         rows[row][col] = _PLAYER_SYMBOL[self._desc[row][col]]
         return render_grid(rows)
+
+    def expert_action(self) -> str:
+        """The expert's move from the current cell (module docstring); reads the state only."""
+        require_active(self._gym is not None, self._done, "frozen_lake")
+        path = shortest_path(self._desc, self.position, "G")
+        if self.is_slippery:
+            return self._best_slippery_move(path[0] if path else None)
+        if path:
+            return path[0]
+        return self._safe_move()
+
+    def _safe_move(self) -> str:
+        """A legal move that does not enter a hole, preferring one that changes cell (any move if none is safe)."""
+        row, col = self.position
+        safe = []
+        for index, action in enumerate(ACTIONS):
+            d_row, d_col = GRID_MOVES[action]
+            nxt = (min(max(row + d_row, 0), self.size - 1), min(max(col + d_col, 0), self.size - 1))
+            if self._desc[nxt[0]][nxt[1]] != "H":
+                safe.append((nxt == (row, col), index))
+        return ACTIONS[min(safe)[1]] if safe else ACTIONS[0]
+
+    def _best_slippery_move(self, preferred: str | None) -> str:
+        """The move with the highest probability of reaching the goal within the remaining steps (finite-horizon
+        value iteration, ``_slippery_values``); ties: ``preferred``, then the order of ``ACTIONS``."""
+        table = self._gym.P
+        values = _slippery_values(tuple(self._desc), self.max_steps)
+        remaining = self.max_steps - self._steps
+        after = values[min(remaining - 1, len(values) - 1)]  # success probability with one step fewer
+        state = int(self._gym.s)
+        scores = [sum(p * (float(r) if term else after[nxt]) for p, nxt, r, term in table[state][a])
+                  for a in range(len(ACTIONS))]
+        best = max(scores)
+        if best <= 0.0:
+            return preferred or self._safe_move()
+        if preferred is not None and scores[ACTIONS.index(preferred)] >= best - 1e-12:
+            return preferred
+        return ACTIONS[scores.index(best)]
 
     def step(self, action: str) -> StepResult:
         require_reset(self._gym is not None, "frozen_lake")

@@ -26,6 +26,13 @@ cities, GeoNames' country names (+ ``COUNTRY_ALIASES``) and continent names, the
    questions naming a specific sea or ocean get "I don't know.";
 7. population: "more/less than N (million|thousand)" and "megacity" (>= 10 million): Yes/No;
 8. anything else: "I don't know."
+
+Expert (``expert_action``): ``oracle.QuestionPlanner`` over the candidate pool with the scripted oracle: keep the
+cities consistent with the answers so far (``history``), ask the question of ``expert_questions()`` (continent,
+country, population, currency, hemispheres, capital, coast, tropics, population thresholds, "Is it in <place>?")
+whose simulated answers best split them, and guess ("Is it Paris?") when one is left, when no question splits them
+further, or on the last question. It plays the scripted oracle's game; with ``oracle="llm"`` it still plays, but
+the LLM's free-text answers rarely equal the scripted ones, so it learns little from them.
 """
 
 from __future__ import annotations
@@ -36,7 +43,17 @@ import re
 from dataclasses import dataclass
 
 from ragen.env.base import StepResult, register
-from ragen.env.oracle import Oracle, ScriptedOracle, Secret, censor, fold, llm_oracle_for_model, words
+from ragen.env.oracle import (
+    Oracle,
+    QuestionPlanner,
+    ScriptedOracle,
+    Secret,
+    censor,
+    fold,
+    llm_oracle_for_model,
+    words,
+)
+from ragen.env.text_utils import require_active
 
 DONT_KNOW = "I don't know."
 CONTINENTS = {"AF": "Africa", "AS": "Asia", "EU": "Europe", "NA": "North America", "SA": "South America",
@@ -337,6 +354,28 @@ def build_oracle(kind: str, cities: tuple[City, ...], oracle_model: str, max_new
     raise ValueError(f"unknown oracle {kind!r}; use 'scripted' or 'llm'")
 
 
+def expert_questions(cities: tuple[City, ...]) -> list[str]:
+    """The expert's question bank for a candidate pool (each is read by one rule of the scripted oracle)."""
+    questions = [
+        "How many people live there?", "Which country is it in?", "Which continent is it in?",
+        "What currency is used there?", "Which hemispheres is it in?", "Is it a capital city?", "Is it on the coast?",
+        "Is it in the tropics?", "Is it in the northern hemisphere?", "Is it in the eastern hemisphere?",
+        "Is it a megacity?",
+    ]
+    questions += [f"Does it have more than {n} million people?" for n in (1, 2, 3, 5, 8, 10, 15)]
+    questions += [f"Is it in {continent}?" for continent in sorted({c.continent for c in cities})]
+    questions += [f"Is it in {country}?" for country in sorted({c.country for c in cities})]
+    return questions
+
+
+@functools.lru_cache(maxsize=8)
+def expert_planner(min_population: int) -> QuestionPlanner:
+    """The expert's planner for the pool of cities with at least ``min_population`` people."""
+    pool = tuple(c for c in load_cities() if c.population >= min_population)
+    return QuestionPlanner(scripted_oracle(load_cities()), [city_secret(c) for c in pool], expert_questions(pool),
+                           lambda s: f"Is it {s.name}?")
+
+
 INSTRUCTIONS = (
     "Let's play Guess My City. I am thinking of a well-known city somewhere in the world. Ask one question per "
     "turn (for example 'Which continent is it in?', 'Is it in France?', 'Is it on the coast?', 'Does it have "
@@ -366,16 +405,19 @@ class GuessMyCityEnv:
         self.gazetteer = Gazetteer(load_cities())
         self.oracle = build_oracle(oracle, load_cities(), oracle_model, oracle_max_new_tokens)
         self.max_turns = max_turns
+        self.min_population = min_population
         self.instructions = INSTRUCTIONS.format(max_turns=max_turns)
         self.city: City | None = None
         self.secret: Secret | None = None
         self.turns = 0
+        self.history: list[tuple[str, str]] = []  # (question, oracle answer) of this episode's questions
         self.done = True
 
     def reset(self, seed: int) -> str:
         self.city = self.cities[random.Random(seed).randrange(len(self.cities))]
         self.secret = city_secret(self.city)
         self.turns = 0
+        self.history = []
         self.done = False
         return f"I am thinking of a city. You have {self.max_turns} questions. Ask your first question."
 
@@ -389,6 +431,11 @@ class GuessMyCityEnv:
         """True when the question names the secret city (its name or an alias)."""
         return self.city is not None and ("city", self.city.name) in self.gazetteer.find(words(question))
 
+    def expert_action(self) -> str:
+        """The expert's next question (module docstring); reads the state only."""
+        require_active(self.secret is not None, self.done, "guess_my_city")
+        return expert_planner(self.min_population).next_question(self.history, self.max_turns - self.turns)
+
     def step(self, action: str) -> StepResult:
         if self.done or self.secret is None:
             return StepResult("The game is over.", 0.0, True, {"action_is_valid": False, "success": False})
@@ -399,6 +446,7 @@ class GuessMyCityEnv:
         self.turns += 1
         won = self.names_secret(question)
         answer = "Yes, you guessed it!" if won else self.oracle.answer(question.strip(), self.secret)
+        self.history.append((question.strip(), answer))
         self.done = won or self.turns >= self.max_turns
         if won:
             obs = f"Answer: Yes, you guessed it: the city is {self.secret.name}."

@@ -14,6 +14,9 @@ Two implementations share this protocol:
   ``censor`` of the city name and aliases for guess-my-city). ``llm_oracle_for_model`` builds the default one
   lazily (``make_engine("hf", model=...)`` + ``load_tokenizer``) and caches it per model, so many envs share
   one engine.
+
+``QuestionPlanner`` is the games' expert (``expert_action``): it simulates a scripted oracle over every candidate
+secret and asks the question that best splits the candidates still consistent with the answers so far.
 """
 
 from __future__ import annotations
@@ -215,3 +218,72 @@ def llm_oracle_for_model(
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"oracle_model must be a model alias, folder or hub id, got {model!r}")
     return LazyLLMOracle(model, prompt, postprocess, max_new_tokens)
+
+
+# ---------------------------------------------------------------------------------------------- expert
+
+
+class QuestionPlanner:
+    """The expert of the question games: simulate a scripted oracle on every candidate secret, keep the candidates
+    that agree with the answers so far, and ask the question that best splits them.
+
+    ``oracle`` (a deterministic one, e.g. the game's scripted oracle) answers ``questions`` (the question bank) and
+    past questions for each of ``secrets``; ``guess(secret)`` is the winning question for that secret. Answers are
+    memoised per question (the oracle is deterministic and the secrets fixed), never per episode.
+
+    ``next_question(history, questions_left)``:
+
+    1. candidates: the secrets whose simulated answers agree with the most recorded ``(question, answer)`` pairs
+       (with the scripted oracle: exactly the secrets consistent with every answer);
+    2. one candidate left, or one question left: guess the first candidate;
+    3. else the question with the smallest expected number of candidates left, ``sum(n_i**2)`` over the parts
+       ``n_i`` of the candidates by simulated answer (a yes/no question that halves them is best; open questions
+       with many answers, "Which country is it in?", can do better); a guess of a candidate counts its own part as
+       solved, so ``(n - 1)**2``. Ties go to a guess (of the first candidate not yet guessed), then to the earlier
+       question of the bank. Questions already asked are not asked again.
+    """
+
+    def __init__(self, oracle: Oracle, secrets: list[Secret] | tuple[Secret, ...],
+                 questions: list[str] | tuple[str, ...], guess: Callable[[Secret], str]) -> None:
+        self.oracle = oracle
+        self.secrets = tuple(secrets)
+        self.questions = tuple(dict.fromkeys(questions))
+        self.guesses = tuple(guess(s) for s in self.secrets)
+        self._answers: dict[str, tuple[str, ...]] = {}
+
+    def answers(self, question: str) -> tuple[str, ...]:
+        """The oracle's answer to ``question`` for every secret (memoised)."""
+        question = question.strip()
+        if question not in self._answers:
+            self._answers[question] = tuple(self.oracle.answer(question, s) for s in self.secrets)
+        return self._answers[question]
+
+    def candidates(self, history: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> list[int]:
+        """Indices of the secrets that agree with the most answers of ``history``."""
+        agree = [0] * len(self.secrets)
+        for question, answer in history:
+            for i, simulated in enumerate(self.answers(question)):
+                agree[i] += simulated == answer
+        best = max(agree)
+        return [i for i, n in enumerate(agree) if n == best]
+
+    def next_question(self, history: list[tuple[str, str]] | tuple[tuple[str, str], ...], questions_left: int) -> str:
+        """The expert's next question (class docstring)."""
+        cands = self.candidates(history)
+        asked = {q.strip() for q, _ in history}
+        open_guesses = [i for i in cands if self.guesses[i] not in asked] or cands
+        if len(cands) == 1 or questions_left <= 1:
+            return self.guesses[open_guesses[0]]
+        n = len(cands)
+        best_cost, best = (n - 1) ** 2, self.guesses[open_guesses[0]]
+        for question in self.questions:
+            if question in asked:
+                continue
+            answers = self.answers(question)
+            parts: dict[str, int] = {}
+            for i in cands:
+                parts[answers[i]] = parts.get(answers[i], 0) + 1
+            cost = sum(k * k for k in parts.values())
+            if cost < best_cost:
+                best_cost, best = cost, question
+        return best

@@ -13,6 +13,8 @@ Data: JSONL, JSON (a list of objects) or parquet with ``question_key`` / ``answe
 are extracted like predictions (``answer_format="auto"``: ``\\boxed{}`` then ``####`` then the whole field;
 ``"gsm8k"``: text after ``####`` (required); ``"boxed"``: last ``\\boxed{}`` (required); ``"plain"``: whole
 field). The default is a 30-question sample shipped in ``ragen/data/static_qa/sample.jsonl``.
+
+Expert (``expert_action``): the gold answer (as extracted from the data), on every attempt.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ragen.env.base import StepResult, register
+from ragen.env.text_utils import require_active
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "static_qa" / "sample.jsonl"
 ANSWER_FORMATS = ("auto", "gsm8k", "boxed", "plain")
@@ -156,17 +159,24 @@ class StaticQAEnv:
         self.question, self.gold = "", ""
         self.attempt = 0
         self.done = True
+        self._started = False
 
     def reset(self, seed: int) -> str:
         self.question, self.gold = self.items[seed % len(self.items)]
         self.attempt = 0
         self.done = False
+        self._started = True
         return self.question
 
     def legal_actions(self) -> str:
         if self.done:
             return "The episode is over."
         return f"Your final answer. Attempts left: {self.max_attempts - self.attempt}."
+
+    def expert_action(self) -> str:
+        """The gold answer of the current question."""
+        require_active(self._started, self.done, "static_qa")
+        return self.gold
 
     def step(self, action: str) -> StepResult:
         if self.done:

@@ -20,6 +20,11 @@ commands longer than jericho's 198-byte input buffer are invalid: reward 0, noth
 
 Only this small jericho interface is used (``GameLike``), so other backends or test doubles can be passed
 through ``game_factory(game_path, seed) -> GameLike``.
+
+No expert (no ``expert_action``, so ``has_expert("text_adventure")`` is False): the game file is the user's, and
+the only general source of good play, a game's walkthrough, is a fixed command list from the opening position. It
+cannot say what to do from a state reached by other commands (a warm start with noise needs that), and solving an
+arbitrary Z-machine game from any state is a planning problem well beyond a scripted policy.
 """
 
 from __future__ import annotations

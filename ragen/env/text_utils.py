@@ -64,3 +64,12 @@ def require_reset(started: bool, env_name: str) -> None:
     """Raise a clear error when ``step`` is called before the first ``reset`` (a caller bug, not bad text)."""
     if not started:
         raise RuntimeError(f"{env_name}: call reset(seed) before step(action)")
+
+
+def require_active(started: bool, done: bool, env_name: str) -> None:
+    """Raise a clear error when ``expert_action`` is asked outside an episode (before ``reset`` or after its end)."""
+    if not started:
+        raise RuntimeError(f"{env_name}: call reset(seed) before expert_action()")
+    if done:
+        raise RuntimeError(f"{env_name}: the episode is over; expert_action() needs an episode in progress "
+                           "(call reset(seed) to start a new one)")

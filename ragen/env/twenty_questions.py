@@ -22,11 +22,18 @@ Scripted oracle (``oracle="scripted"``), in order:
    ``bigger_than_breadbox``, "natural" = not ``is_man_made``); several matches are a conjunction ("a big
    animal" = big and animal), contradicting ones are ``Invalid``;
 5. anything else: ``Invalid``.
+
+Expert (``expert_action``): ``oracle.QuestionPlanner`` over the object table with the scripted oracle: keep the
+objects consistent with the answers so far (``history``), ask the attribute question of ``EXPERT_QUESTIONS`` that
+best halves them, guess ("Is it a dog?") when one is left or no question splits them (objects with identical
+attributes), and guess on the last question. It plays the scripted oracle's game; with ``oracle="llm"`` it still
+plays, but its simulated answers are the table's, so the LLM's mistakes can mislead it.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -38,12 +45,14 @@ from ragen.env.oracle import (
     NO,
     YES,
     Oracle,
+    QuestionPlanner,
     ScriptedOracle,
     Secret,
     llm_oracle_for_model,
     normalize_yes_no,
     words,
 )
+from ragen.env.text_utils import require_active
 
 DEFAULT_OBJECTS = Path(__file__).resolve().parent.parent / "data" / "twenty_questions" / "objects.csv"
 
@@ -84,6 +93,17 @@ KEYWORD_RULES: tuple[tuple[str, str, bool], ...] = (
     (r"sports?|sporting|athletic|exercise", "is_sports_equipment", True),
     (r"metal|metallic|steel|iron|aluminum|aluminium", "made_of_metal", True),
     (r"wood|wooden|timber", "made_of_wood", True),
+)
+# The expert's question bank: one question per attribute of the shipped table, each read by exactly that
+# attribute's keyword rule (the tests check that no object gets "Invalid").
+EXPERT_QUESTIONS: tuple[str, ...] = (
+    "Is it an animal?", "Is it alive?", "Is it man-made?", "Is it bigger than a breadbox?",
+    "Is it bigger than a person?", "Is it edible?", "Is it a mammal?", "Is it a bird?", "Is it a fish?",
+    "Is it an insect?", "Does it live in water?", "Can it fly?", "Is it a pet?", "Does it have fur?",
+    "Does it lay eggs?", "Does it have legs?", "Is it a plant?", "Is it a fruit?", "Is it a vegetable?",
+    "Is it a kitchen item?", "Does it have wheels?", "Is it electronic?", "Does it have a screen?",
+    "Is it a vehicle?", "Is it furniture?", "Is it a tool?", "Is it clothing?", "Is it a musical instrument?",
+    "Is it sports equipment?", "Is it made of metal?", "Is it made of wood?",
 )
 _COMPARISON = re.compile(
     r"\b(?P<dir>bigger|larger|taller|longer|heavier|smaller|shorter|lighter) than (a |an |the )?"
@@ -234,6 +254,19 @@ def build_oracle(kind: str, objects: list[GameObject], oracle_model: str, max_ne
     raise ValueError(f"unknown oracle {kind!r}; use 'scripted' or 'llm'")
 
 
+def guess_question(name: str) -> str:
+    """The winning question for object ``name``: "Is it a dog?" / "Is it an apple?"."""
+    return f"Is it {'an' if name[:1].lower() in 'aeiou' else 'a'} {name}?"
+
+
+@functools.lru_cache(maxsize=8)
+def expert_planner(objects_path: str) -> QuestionPlanner:
+    """The expert's planner for an object table (shared by every env on that table)."""
+    objects = load_objects(objects_path)
+    secrets = [Secret(o.name, o.aliases, o.attributes) for o in objects]
+    return QuestionPlanner(scripted_oracle(objects), secrets, EXPERT_QUESTIONS, lambda s: guess_question(s.name))
+
+
 INSTRUCTIONS = (
     "Let's play Twenty Questions. I am thinking of an object (an animal, plant, food, household item, vehicle, "
     "tool, piece of clothing, instrument, ...). Ask one yes/no question per turn, e.g. 'Is it an animal?' or "
@@ -258,19 +291,22 @@ class TwentyQuestionsEnv:
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.objects = load_objects(objects_path or DEFAULT_OBJECTS)
+        self.objects_path = str(objects_path or DEFAULT_OBJECTS)
+        self.objects = load_objects(self.objects_path)
         self.index = NameIndex(self.objects)
         self.oracle = build_oracle(oracle, self.objects, oracle_model, oracle_max_new_tokens)
         self.max_turns = max_turns
         self.instructions = INSTRUCTIONS.format(max_turns=max_turns)
         self.secret: Secret | None = None
         self.turns = 0
+        self.history: list[tuple[str, str]] = []  # (question, oracle answer) of this episode's questions
         self.done = True
 
     def reset(self, seed: int) -> str:
         obj = self.objects[random.Random(seed).randrange(len(self.objects))]
         self.secret = Secret(obj.name, obj.aliases, obj.attributes, description=f"The object is {obj.name}.")
         self.turns = 0
+        self.history = []
         self.done = False
         return f"I am thinking of an object. You have {self.max_turns} questions. Ask your first question."
 
@@ -279,6 +315,11 @@ class TwentyQuestionsEnv:
             return "The game is over."
         return (f"Any yes/no question about the object (e.g. 'Is it an animal?'), or a guess 'Is it a <object>?'. "
                 f"Questions left: {self.max_turns - self.turns}.")
+
+    def expert_action(self) -> str:
+        """The expert's next question (module docstring); reads the state only."""
+        require_active(self.secret is not None, self.done, "twenty_questions")
+        return expert_planner(self.objects_path).next_question(self.history, self.max_turns - self.turns)
 
     def step(self, action: str) -> StepResult:
         if self.done or self.secret is None:
@@ -289,6 +330,7 @@ class TwentyQuestionsEnv:
             return StepResult("Please ask a yes/no question about the object.", -1.0, False, info)
         answer = self.oracle.answer(question.strip(), self.secret)
         self.turns += 1
+        self.history.append((question.strip(), answer))
         named = self.index.named_at_end(words(question))
         won = answer == YES and named is not None and named[0] == self.secret.name
         self.done = won or self.turns >= self.max_turns

@@ -160,14 +160,38 @@ class AlgorithmSection:
 
 
 @dataclass(frozen=True)
+class SftSection:
+    """Supervised warm start (``ragen.trainer.warm_start``; steps: ``trainer.sft_warmup_steps``).
+
+    Each step rolls out one train batch (``rollout.n_groups`` x ``group_size`` episodes) with the envs' experts
+    through the agent proxy and runs ``epochs`` passes of behaviour cloning over its model tokens at ``lr``
+    (the actor's mini/micro batches; the RL lr schedule is untouched and the optimizer state is reset before
+    RL). ``noise``: probability that a turn takes a random legal action instead of the expert's.
+    """
+
+    lr: float = 1.0e-4
+    epochs: int = 2
+    noise: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ValueError(f"sft.lr must be > 0, got {self.lr}")
+        if self.epochs < 1:
+            raise ValueError(f"sft.epochs must be >= 1, got {self.epochs}")
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"sft.noise must be in [0, 1] (share of random legal actions), got {self.noise}")
+
+
+@dataclass(frozen=True)
 class TrainerSection:
     """Loop, resources, checkpoints and logging.
 
     ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
     validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none`` or
     a checkpoint path. World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
-    ``critic_warmup``: the first N steps update only the critic. ``use_ray=false`` runs the workers
-    in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
+    steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
+    the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
     """
 
     total_steps: int = 20
@@ -188,6 +212,7 @@ class TrainerSection:
     cpus_per_worker: float = 1.0
     num_threads: int | None = None
     critic_warmup: int = 0
+    sft_warmup_steps: int = 0
     loggers: list[str] = field(default_factory=lambda: ["console", "jsonl", "wandb"])
     project_name: str = "ragen"
     experiment_name: str = "${env.name}_${algorithm.estimator}"
@@ -208,6 +233,7 @@ class TrainConfig:
     agent: AgentSection = field(default_factory=AgentSection)
     env: EnvSection = field(default_factory=EnvSection)
     algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
+    sft: SftSection = field(default_factory=SftSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
 
     def to_dict(self) -> dict[str, Any]:
@@ -222,7 +248,7 @@ class TrainConfig:
 SECTIONS: dict[str, type] = {
     "model": ModelSection, "actor": ActorConfig, "critic": CriticSection, "ref": RefSection,
     "rollout": RolloutSection, "agent": AgentSection, "env": EnvSection, "algorithm": AlgorithmSection,
-    "trainer": TrainerSection,
+    "sft": SftSection, "trainer": TrainerSection,
 }
 
 

@@ -27,7 +27,9 @@ from ragen.trainer import builders, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
+from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import Tracker
@@ -44,6 +46,7 @@ class PPOTrainer:
         self.history: list[dict[str, float]] = []
         self.workers: dict[str, Any] = {}
         self._rng_after_step: dict[str, Any] | None = None
+        self.warm_started = False
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -67,7 +70,7 @@ class PPOTrainer:
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
         if self.resumed_from is not None:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
-        self.history = trim_metrics(self.run_dir / "metrics.jsonl", self.step)
+        self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
         self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
                                experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
 
@@ -85,10 +88,14 @@ class PPOTrainer:
         """Train until ``trainer.total_steps``; returns the last step's metrics (with the final validation)."""
         tr = self.cfg.trainer
         last: dict[str, float] = {}
-        if tr.val_before_train and self.step == 0:
+        if tr.val_before_train and self.step == 0 and not self.warm_started:
             last = self.validate()
             self._log(last, 0)
-        if self.step >= tr.total_steps:
+        if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
+            last = run_warm_start(self)
+            self.warm_started = True
+            self.save_checkpoint()  # a crash in RL resumes after the warm start
+        if self.step >= tr.total_steps and not (tr.total_steps == 0 and self.warm_started):
             tqdm.write(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
                        f"{tr.total_steps}; nothing to train (trainer.resume=none or a new trainer.output_dir "
                        "starts afresh)")
@@ -96,6 +103,7 @@ class PPOTrainer:
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
             metrics = self.train_step()
+            metrics.update(self.memory_metrics())
             self.step += 1
             self._rng_after_step = get_rng_state()
             final = self.step == tr.total_steps
@@ -169,6 +177,16 @@ class PPOTrainer:
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
 
+    def memory_metrics(self) -> dict[str, float]:
+        """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
+        role (mean over its ranks; in-process workers count as the driver). Growth from step to step is a leak."""
+        out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
+        if self.cfg.trainer.use_ray:
+            for role, group in self.workers.items():
+                if group is not None:
+                    out.update({f"memory/{role}_{k}": v for k, v in group.call("memory_stats").items()})
+        return out
+
     def _row_multiple(self) -> int:
         cfg = self.cfg
         sizes = [cfg.actor.mini_batch_size, *(world_size(cfg, r) for r in ("actor", "critic", "ref"))]
@@ -220,7 +238,8 @@ class PPOTrainer:
             if self.workers.get("critic") is not None:
                 self.workers["critic"].call("save", dir=str(tmp / "critic"))
             save_trainer_state(tmp / "trainer_state.pt", step=self.step,
-                               rng=self._rng_after_step or get_rng_state(), proxy=self.proxy.state_dict())
+                               rng=self._rng_after_step or get_rng_state(), proxy=self.proxy.state_dict(),
+                               warm_started=self.warm_started)
 
         path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
         tqdm.write(f"[ragen] saved checkpoint {path}")
@@ -243,6 +262,7 @@ class PPOTrainer:
                 weights.update(load_file(f))
             self.engine.update_weights(weights)
         self.step = int(state["step"])
+        self.warm_started = bool(state.get("warm_started", False))
         set_rng_state(state["rng"])
         self.proxy.load_state_dict(state["proxy"])
         tqdm.write(f"[ragen] resumed from {path} at step {self.step}")

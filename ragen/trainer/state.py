@@ -13,9 +13,10 @@ import torch
 from ragen.utils.seeding import get_rng_state, set_rng_state
 
 
-def save_trainer_state(path: str | Path, *, step: int, rng: dict[str, Any], proxy: dict[str, int]) -> None:
-    """Step counter, RNG states and the agent proxy's seed counters (``torch.save``)."""
-    torch.save({"step": int(step), "rng": rng, "proxy": dict(proxy)}, path)
+def save_trainer_state(path: str | Path, *, step: int, rng: dict[str, Any], proxy: dict[str, int],
+                       warm_started: bool = False) -> None:
+    """Step counter, RNG states, the agent proxy's seed counters and whether the warm start ran (``torch.save``)."""
+    torch.save({"step": int(step), "rng": rng, "proxy": dict(proxy), "warm_started": bool(warm_started)}, path)
 
 
 @contextmanager
@@ -28,8 +29,9 @@ def rng_preserved() -> Iterator[None]:
         set_rng_state(state)
 
 
-def trim_metrics(path: str | Path, step: int) -> list[dict[str, float]]:
-    """Keep the records of steps <= ``step`` in a metrics JSONL (drop what a crash logged past the checkpoint).
+def trim_metrics(path: str | Path, step: int | None) -> list[dict[str, float]]:
+    """Keep the records of steps <= ``step`` in a metrics JSONL (drop what a crash logged past the checkpoint);
+    ``step=None`` (a fresh start) keeps none.
 
     Returns the kept records (the run's history so far); a missing file gives [].
     """
@@ -38,7 +40,7 @@ def trim_metrics(path: str | Path, step: int) -> list[dict[str, float]]:
         return []
     with path.open(encoding="utf-8") as fh:
         records = [json.loads(line) for line in fh if line.strip()]
-    kept = [r for r in records if r.get("step", 0) <= step] if step > 0 else []
+    kept = [r for r in records if r.get("step", 0) <= step] if step is not None else []
     with path.open("w", encoding="utf-8") as fh:
         for r in kept:
             fh.write(json.dumps(r) + "\n")

@@ -190,8 +190,9 @@ def check_credit(cfg: TrainConfig) -> list[str]:
 
 def check_trainer(cfg: TrainConfig) -> list[str]:
     tr, out = cfg.trainer, []
-    if tr.total_steps < 1 and not tr.val_only:
-        out.append(f"trainer.total_steps={tr.total_steps} must be >= 1 (or set trainer.val_only=true)")
+    if tr.total_steps < 0 or (tr.total_steps == 0 and not tr.val_only and tr.sft_warmup_steps < 1):
+        out.append(f"trainer.total_steps={tr.total_steps} must be >= 1 (or set trainer.val_only=true, or "
+                   "trainer.sft_warmup_steps >= 1 for a warm start only)")
     if tr.device not in ("auto", "cpu", "cuda"):
         out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
     if cfg.rollout.engine not in ENGINES:
@@ -232,9 +233,32 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def check_warm_start(cfg: TrainConfig) -> list[str]:
+    """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow."""
+    steps = cfg.trainer.sft_warmup_steps
+    if steps < 0:
+        return [f"trainer.sft_warmup_steps={steps} must be >= 0 (0 = no warm start)"]
+    if steps == 0:
+        return []
+    import ragen.env
+
+    out = []
+    if cfg.env.name in ragen.env.names() and not ragen.env.has_expert(cfg.env.name):
+        with_expert = [n for n in ragen.env.names() if ragen.env.has_expert(n)]
+        out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert, but env {cfg.env.name!r} has none; "
+                   f"envs with one: {', '.join(with_expert)} (or set trainer.sft_warmup_steps=0)")
+    a = cfg.agent
+    full = (f"<{a.think_tag}></{a.think_tag}>" if a.think else "") + f"<{a.answer_tag}>"
+    if not full.startswith(a.response_prefix):
+        out.append(f"agent.response_prefix={a.response_prefix!r} is not how an expert answer starts ({full!r}...); "
+                   "use '' or the opening answer tag with agent.think=false for a warm start")
+    return out
+
+
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
     problems = check_env(cfg) + check_algorithm(cfg) + check_credit(cfg) + check_trainer(cfg) + check_agent(cfg)
+    problems += check_warm_start(cfg)
     if not any("world_size" in p or "n_groups" in p for p in problems):
         problems += check_batches(cfg)
     if problems:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ragen.algorithms.losses import entropy_loss, kl_estimate, kl_loss, policy_loss
+from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss
+from ragen.utils.memory import memory_stats
 from ragen.workers import dist as D
 from ragen.workers.config import ActorConfig
 from ragen.workers.data import TrainBatch
@@ -68,10 +69,12 @@ class PolicyWorker:
             self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="actor")
 
     # ---------------------------------------------------------------------------------------------- forward
-    def _log_probs(self, b: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _log_probs(self, b: TrainBatch, with_entropy: bool, temperature: float | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
         target = b.response_mask if b.loss_mask is None else (b.response_mask.bool() | b.loss_mask.bool()).long()
+        temperature = self.cfg.temperature if temperature is None else temperature
         with D.compute_autocast(self.device, self.cfg.mixed_precision):
-            return self.module(b.input_ids, b.attention_mask, target_mask=target, temperature=self.cfg.temperature,
+            return self.module(b.input_ids, b.attention_mask, target_mask=target, temperature=temperature,
                                chunk_size=self.cfg.log_prob_chunk_size, with_entropy=with_entropy,
                                checkpoint=self.cfg.checkpoint_lm_head)
 
@@ -123,6 +126,29 @@ class PolicyWorker:
             raise ValueError(f"PolicyWorker.update needs batch fields {missing}; compute them before the update")
         return self.trainable.update(batch, lambda b: b.policy_mask, self._micro_loss)
 
+    def _sft_micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
+        lp, _ = self._log_probs(b, with_entropy=False, temperature=1.0)
+        mask = b.policy_mask
+        loss = bc_loss(lp, mask, agg=self.cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
+        m = mask.bool()
+        token_sums = {"sft/nll": float(torch.where(m, -lp.detach(), 0.0).sum())}
+        return MicroResult(loss=loss, token_sums=token_sums, sums={"sft/loss": float(loss.detach())})
+
+    def sft_update(self, batch: TrainBatch, epochs: int = 1, lr: float | None = None) -> dict[str, float]:
+        """Supervised update (behaviour cloning, ``bc_loss``) on demonstrated tokens: the ``response_mask`` (or
+        ``loss_mask``) tokens of ``batch``, at temperature 1, with the actor's optimizer, schedule, mini/micro
+        batches and loss aggregation; ``lr`` fixes the learning rate (the RL schedule is neither read nor advanced).
+        Metrics: sft/loss (the aggregated loss), sft/nll (mean NLL per token), actor/grad_norm, actor/lr,
+        actor/skipped_steps."""
+        if self.trainable is None:
+            raise RuntimeError("sft_update() called on a role='ref' PolicyWorker; the reference policy is frozen")
+        return self.trainable.update(batch, lambda b: b.policy_mask, self._sft_micro_loss, epochs=epochs, lr=lr)
+
+    def reset_optimizer(self) -> None:
+        """Forget the actor's optimizer moments (after a warm start: RL starts with fresh Adam statistics)."""
+        if self.trainable is not None:
+            self.trainable.reset_optimizer()
+
     # ---------------------------------------------------------------------------------------------- weights
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full unsharded fp32 weights with transformers key names (``model.layers.0...``) on rank 0, ``{}`` on
@@ -169,3 +195,7 @@ class PolicyWorker:
     def ping(self) -> int:
         """Returns the rank (readiness check for worker groups)."""
         return self.rank
+
+    def memory_stats(self) -> dict[str, float]:
+        """This rank's process memory: ``rss_gb`` now and ``peak_gb`` so far."""
+        return memory_stats()

@@ -13,6 +13,7 @@ import torch
 
 from ragen.algorithms.losses import value_loss
 from ragen.models.value_head import HEAD_FILE, ValueModel
+from ragen.utils.memory import memory_stats
 from ragen.workers import dist as D
 from ragen.workers.actor import build_causal_lm
 from ragen.workers.config import CriticConfig
@@ -104,3 +105,7 @@ class CriticWorker:
 
     def ping(self) -> int:
         return self.rank
+
+    def memory_stats(self) -> dict[str, float]:
+        """This rank's process memory: ``rss_gb`` now and ``peak_gb`` so far."""
+        return memory_stats()

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ragen.utils.memory import release_free_memory
 from ragen.workers import dist as D
 from ragen.workers.data import TrainBatch
 
@@ -90,8 +91,10 @@ class Trainable:
         return local
 
     def update(self, batch: TrainBatch, mask_fn: Callable[[TrainBatch], torch.Tensor],
-               micro_loss: MicroLossFn) -> dict[str, float]:
-        """Run the PPO update; ``mask_fn`` gives the loss mask of a batch (for the global counts).
+               micro_loss: MicroLossFn, epochs: int | None = None, lr: float | None = None) -> dict[str, float]:
+        """Run the update (``epochs`` passes, default ``ppo_epochs``); ``mask_fn`` gives the loss mask of a
+        batch (for the global counts). ``lr``: a fixed learning rate for this update only (the warm start),
+        which neither reads nor advances the lr schedule.
 
         Returns metrics averaged over optimizer steps (identical on every rank): ``<prefix>/grad_norm``,
         ``<prefix>/lr``, every ``sums`` key averaged over mini-batches and every ``token_sums`` key divided by
@@ -101,8 +104,13 @@ class Trainable:
         local_mb = self.local_mini_batch_size(batch.batch_size)
         token_acc: dict[str, float] = {}
         sum_acc: dict[str, float] = {}
-        total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, self.scheduler.get_last_lr()[0]
-        for _ in range(self.cfg.ppo_epochs):
+        fixed_lr = lr
+        scheduled = [g["lr"] for g in self.optimizer.param_groups]
+        if fixed_lr is not None:
+            for g in self.optimizer.param_groups:
+                g["lr"] = fixed_lr
+        total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, fixed_lr or self.scheduler.get_last_lr()[0]
+        for _ in range(self.cfg.ppo_epochs if epochs is None else epochs):
             for mini in batch.chunk(local_mb):
                 mask = mask_fn(mini)
                 n_tok, n_seq = D.all_reduce_sum([float(mask.sum()), float(mask.bool().any(-1).sum())], self.device)
@@ -115,9 +123,11 @@ class Trainable:
                         token_acc[k] = token_acc.get(k, 0.0) + v
                     for k, v in res.sums.items():
                         sum_acc[k] = sum_acc.get(k, 0.0) + v
-                lr = self.scheduler.get_last_lr()[0]
-                grad_norms.append(self._step())
+                lr = fixed_lr or self.scheduler.get_last_lr()[0]
+                grad_norms.append(self._step(schedule=fixed_lr is None))
                 n_mini += 1
+        for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
+            g["lr"] = value
         keys_t, keys_s = sorted(token_acc), sorted(sum_acc)
         reduced = D.all_reduce_sum([token_acc[k] for k in keys_t] + [sum_acc[k] for k in keys_s], self.device)
         metrics = {k: v / max(total_tokens, 1.0) for k, v in zip(keys_t, reduced[:len(keys_t)], strict=True)}
@@ -127,17 +137,23 @@ class Trainable:
         metrics[f"{self.prefix}/skipped_steps"] = float(len(grad_norms) - len(finite))
         metrics[f"{self.prefix}/lr"] = float(lr)
         self.module.eval()
+        release_free_memory()  # the micro-batches' activations: back to the OS, not kept at the peak
         return metrics
 
-    def _step(self) -> float:
+    def _step(self, schedule: bool = True) -> float:
         """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""
         norm = D.clip_grad_norm(self.params, self.cfg.grad_clip)
         if math.isfinite(norm):
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        self.steps += 1
+        if schedule:
+            self.scheduler.step()
+            self.steps += 1
         return norm
+
+    def reset_optimizer(self) -> None:
+        """Forget the optimizer's moments and step counts (e.g. after a warm start, before RL)."""
+        self.optimizer.state.clear()
 
     # ----------------------------------------------------------------------------------------------
     def save_state(self, directory: Path, rank: int) -> None:

@@ -41,6 +41,10 @@ class LineEnv:
     def legal_actions(self) -> str:
         return "left, right"
 
+    def expert_action(self) -> str:
+        """The expert walks right (the rewarded direction of this test env)."""
+        return "right"
+
     def step(self, action: str) -> StepResult:
         if self.fail_on == "step" and self.seed % 2 == 1:
             raise RuntimeError("boom in step")

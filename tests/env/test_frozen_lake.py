@@ -1,35 +1,10 @@
-from collections import deque
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ragen.env as E
+from ragen.env.frozen_lake import shortest_path
 
-MOVES = {"Left": (0, -1), "Down": (1, 0), "Right": (0, 1), "Up": (-1, 0)}
 SYMBOLS = {"S": "_", "F": "_", "H": "O", "G": "G"}
-
-
-def _shortest_path(desc, start, goal_tile):
-    """BFS over frozen tiles from ``start`` to the nearest tile of type ``goal_tile``; a list of action names."""
-    size = len(desc)
-    parents = {start: None}
-    queue = deque([start])
-    while queue:
-        cell = queue.popleft()
-        if desc[cell[0]][cell[1]] == goal_tile:
-            path = []
-            while parents[cell] is not None:
-                cell, action = parents[cell]
-                path.append(action)
-            return path[::-1]
-        if desc[cell[0]][cell[1]] in "HG":
-            continue  # the episode would end here
-        for action, (dr, dc) in MOVES.items():
-            nxt = (cell[0] + dr, cell[1] + dc)
-            if 0 <= nxt[0] < size and 0 <= nxt[1] < size and nxt not in parents:
-                parents[nxt] = (cell, action)
-                queue.append(nxt)
-    return None
 
 
 def _expected_render(desc, player, player_symbol="P"):
@@ -52,7 +27,7 @@ def test_known_path_reaches_goal_with_reward_one():
         env = E.make("frozen_lake", size=size)
         for seed in range(15):
             env.reset(seed)
-            path = _shortest_path(env.desc, (0, 0), "G")
+            path = shortest_path(env.desc, (0, 0), "G")
             assert path, f"gymnasium maps always have a path (seed {seed})"
             rewards = []
             for i, action in enumerate(path):
@@ -70,7 +45,7 @@ def test_falling_into_a_hole_ends_without_reward():
     checked = 0
     for seed in range(10):
         env.reset(seed)
-        path = _shortest_path(env.desc, (0, 0), "H")
+        path = shortest_path(env.desc, (0, 0), "H")
         if not path:
             continue
         for action in path:

@@ -42,11 +42,13 @@ def learning_run(tmp_path: Path, config: str, overrides: list[str], label: str) 
     val = [(r["step"], r[key]) for r in records if key in r]
     assert len(val) >= 2 and val[0][0] == 0, val
     before, after = val[0][1], val[-1][1]
+    warm = next((r[key] for r in records if key in r and r.get("val/after_warm_start")), None)
     out = os.environ.get("RAGEN_LEARNING_RESULTS")
     if out:
         with open(out, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"run": label, "config": config, "overrides": overrides, "before": before,
-                                 "after": after, "steps": val[-1][0], "minutes": round(minutes, 1)}) + "\n")
+                                 "after_warm_start": warm, "after": after, "steps": val[-1][0],
+                                 "minutes": round(minutes, 1)}) + "\n")
     return before, after, records
 
 
@@ -78,7 +80,10 @@ CREDIT_RUNS = [
     ("ms_grpo", ["algorithm=ms_grpo"], True),
     ("ms_po, step rewards only (control)", ["algorithm=ms_po", "algorithm.discount_factor=0"], False),
 ]
-CREDIT_THRESHOLD = 0.6  # greedy validation success on 16 seeds; the untrained model opens the bad door on all
+# Greedy validation success on 16 seeds; the untrained model opens the bad door on all. The door order is shuffled
+# per seed, so a policy that only learnt a position ("the first door listed") scores about 0.5: the threshold sits
+# well above that, where only knowing which door pays gets.
+CREDIT_THRESHOLD = 0.8
 
 
 @pytest.mark.learning

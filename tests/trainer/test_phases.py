@@ -87,7 +87,8 @@ def test_rng_preserved_and_trim_metrics(tmp_path):
     path.write_text("".join(json.dumps({"step": s, "x": s}) + "\n" for s in (0, 1, 2, 3)))
     assert [r["step"] for r in trim_metrics(path, 2)] == [0, 1, 2]
     assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 1, 2]
-    assert trim_metrics(path, 0) == [] and path.read_text() == ""
+    assert [r["step"] for r in trim_metrics(path, 0)] == [0]  # resumed at step 0: the warm-start checkpoint
+    assert trim_metrics(path, None) == [] and path.read_text() == ""  # a fresh start
     assert trim_metrics(tmp_path / "missing.jsonl", 3) == []
 
 

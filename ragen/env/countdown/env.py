@@ -10,6 +10,8 @@ Rewards (``info["outcome"]`` names the case):
 * 0.1 ``wrong``: well-formed, but other numbers, or another value (a division by zero has no value);
 * 0.0 ``malformed``: not an expression of the grammar (names, ``**``, unary minus, free text, ...).
 Any answer ends the episode. ``action_is_valid`` = well-formed; ``success`` = correct.
+
+Expert (``expert_action``): the reference solution the generator built with the puzzle (``Puzzle.solution``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import Counter
 from ragen.env.base import StepResult, register
 from ragen.env.countdown.expression import MalformedExpression, parse_expression
 from ragen.env.countdown.generator import Puzzle, generate_puzzle
-from ragen.env.text_utils import finished_step, require_reset, step_info
+from ragen.env.text_utils import finished_step, require_active, require_reset, step_info
 
 CORRECT_REWARD = 1.0
 FORMAT_REWARD = 0.1
@@ -60,6 +62,11 @@ class CountdownEnv:
     def legal_actions(self) -> str:
         numbers = ", ".join(map(str, self.puzzle.numbers)) if self.puzzle else "the given numbers"
         return f"one arithmetic expression using each of {numbers} exactly once, with + - * / and parentheses"
+
+    def expert_action(self) -> str:
+        """The generator's reference solution: uses each number exactly once and equals the target."""
+        require_active(self.puzzle is not None, self._done, "countdown")
+        return self.puzzle.solution
 
     def step(self, action: str) -> StepResult:
         require_reset(self.puzzle is not None, "countdown")

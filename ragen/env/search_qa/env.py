@@ -23,6 +23,13 @@ StepResult.reward = step_reward + outcome_reward; both parts are in ``info`` (``
 Defaults: tool 0.2, retrieval 0.5, contains 0.5, exact 1.0, format 0.2, xml 0.2.
 Invalid actions (empty text; bare text when ``bare_text_is_answer`` is false; anything after the end)
 change nothing and score 0.
+
+Expert (``expert_action``): search, then answer. While no search of the episode has retrieved a gold passage (one
+containing a gold alias: the retrieval reward's test) and a call would leave budget for the answer, it searches
+with the first of these queries whose top passage, by the env's own BM25 index, is a gold one: the question, the
+question plus the answer, the title of a gold passage plus the answer (``expert_query``); then it answers with
+the first gold alias. The search is the bare JSON call (no tags needed); the answer is bare text, or wrapped in
+the answer tag when ``bare_text_is_answer`` is false.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import json
 
 from ragen.env.base import StepResult, register
 from ragen.env.bm25 import BM25Index
-from ragen.env.search_qa.actions import contains_alias, exact_match, parse_action, tags_balanced
+from ragen.env.search_qa.actions import contains_alias, exact_match, normalize_answer, parse_action, tags_balanced
 from ragen.env.search_qa.data import SHIPPED_DIR, Passage, QAItem, load_corpus, load_qa
 
 TOOL_NAME = "search"
@@ -43,6 +50,16 @@ def _load(qa_path: str, corpus_path: str) -> tuple[list[QAItem], list[Passage], 
     passages = load_corpus(corpus_path)
     index = BM25Index([f"{p.title} {p.text}" for p in passages])
     return load_qa(qa_path), passages, index
+
+
+def is_gold(passage: Passage, item: QAItem) -> bool:
+    """The passage contains a gold alias of ``item`` (title and text, as the retrieval reward reads them)."""
+    return contains_alias(f"{passage.title} {passage.text}", item.answers)
+
+
+def gold_answer(item: QAItem) -> str:
+    """The first gold alias that survives answer normalisation (so it is an exact match)."""
+    return next((a for a in item.answers if normalize_answer(a)), item.answers[0])
 
 
 @register("search_qa")
@@ -104,12 +121,14 @@ class SearchQAEnv:
         self.item: QAItem | None = None
         self.calls_used = 0
         self.tags_ok = True
+        self.retrieved = False  # some search of this episode put a gold passage first
         self.done = False
+        self._expert_queries: dict[tuple[str, str], str] = {}  # memo of expert_query (not episode state)
 
     def reset(self, seed: int) -> str:
         """Question ``seed % len(questions)``."""
         self.item = self.items[int(seed) % len(self.items)]
-        self.calls_used, self.tags_ok, self.done = 0, True, False
+        self.calls_used, self.tags_ok, self.retrieved, self.done = 0, True, False, False
         return f"Question: {self.item.question}"
 
     def legal_actions(self) -> str:
@@ -120,6 +139,43 @@ class SearchQAEnv:
             return answer
         tool = f'<{self.tool_tag}>{{"name": "search", "args": {{"query": "..."}}}}</{self.tool_tag}>'
         return f"{tool} ({self.max_tool_calls - self.calls_used} left), {answer}"
+
+    def expert_action(self) -> str:
+        """Search (a query that puts a gold passage first) until one did, if the budget allows; then the gold answer."""
+        if self.item is None:
+            raise RuntimeError("search_qa: call reset(seed) before expert_action()")
+        if self.done:
+            raise RuntimeError("search_qa: the episode is over; expert_action() needs an episode in progress "
+                               "(call reset(seed) to start a new one)")
+        if not self.retrieved and self.calls_used + 1 < self.max_tool_calls:
+            return json.dumps({"name": TOOL_NAME, "args": {"query": self.expert_query()}})
+        answer = gold_answer(self.item)
+        return answer if self.bare_text_is_answer else f"<{self.answer_tag}>{answer}</{self.answer_tag}>"
+
+    def expert_query(self) -> str:
+        """The expert's search query for the current question (see the module docstring); the question itself when
+        no candidate puts a gold passage first. Memoised per question (the index never changes)."""
+        key = (self.item.qid, self.item.question)
+        if key not in self._expert_queries:
+            self._expert_queries[key] = self._find_query(self.item)
+        return self._expert_queries[key]
+
+    def _find_query(self, item: QAItem) -> str:
+        answer = gold_answer(item)
+
+        def candidates():
+            yield item.question
+            yield f"{item.question} {answer}"
+            for passage in self.passages:  # only reached when the two queries above fail
+                if is_gold(passage, item):
+                    yield f"{passage.title} {answer}"
+
+        for query in candidates():
+            query = query.replace("||", " ")  # the agent proxy splits actions on "||"
+            hits = self.index.search(query, 1)
+            if hits and is_gold(self.passages[hits[0].index], item):
+                return query
+        return item.question.replace("||", " ")
 
     def step(self, action: str) -> StepResult:
         if self.item is None:
@@ -158,6 +214,7 @@ class SearchQAEnv:
             retrieved = retrieved or (first is not None and contains_alias(first, self.item.answers))
             blocks.append(text)
         self.calls_used += min(len(calls), budget)
+        self.retrieved = self.retrieved or retrieved
         step = w["tool"] * successes / len(calls) + (w["retrieval"] if retrieved else 0.0)
         self.done = self.calls_used >= self.max_tool_calls
         outcome = (w["xml"] if self.tags_ok else 0.0) if self.done else 0.0

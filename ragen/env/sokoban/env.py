@@ -8,6 +8,10 @@ Rewards per valid action: -0.1 step cost, +1 when it pushes a box onto a target,
 costs the step cost and has ``action_is_effective=False``. An invalid action (not one of the four) costs
 nothing, changes nothing and does not count towards ``max_steps``. The episode ends when solved or after
 ``max_steps`` valid actions. Rooms come from ``generator.generate_room`` with ``random.Random(seed)``.
+
+Expert (``expert_action``): the first move of a shortest solution (``solver.solve``) from the current room. When
+the room cannot be solved from here (a box is stuck, or the search exceeds its state budget), a move that changes
+the player's cell without pushing a box if there is one (so no further damage is done), else any move.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from collections.abc import Sequence
 from ragen.env.base import StepResult, register
 from ragen.env.sokoban.generator import generate_room
 from ragen.env.sokoban.room import LEGEND, Room
-from ragen.env.text_utils import GRID_MOVES, finished_step, legend_text, match_choice, require_reset, step_info
+from ragen.env.sokoban.solver import solve
+from ragen.env.text_utils import (
+    GRID_MOVES,
+    finished_step,
+    legend_text,
+    match_choice,
+    require_active,
+    require_reset,
+    step_info,
+)
 
 STEP_REWARD = -0.1
 BOX_ON_TARGET_REWARD = 1.0
@@ -64,6 +77,17 @@ class SokobanEnv:
 
     def legal_actions(self) -> str:
         return ", ".join(GRID_MOVES)
+
+    def expert_action(self) -> str:
+        """The expert's move in the current room (module docstring); reads the state only."""
+        require_active(self.room is not None, self._done, "sokoban")
+        plan = solve(self.room)
+        if plan:
+            return plan[0]
+        outcomes = [(self.room.push(d)[1], d) for d in GRID_MOVES]
+        walks = [d for outcome, d in outcomes if outcome.moved and not outcome.pushed]
+        moves = [d for outcome, d in outcomes if outcome.moved]
+        return (walks or moves or list(GRID_MOVES))[0]
 
     def step(self, action: str) -> StepResult:
         require_reset(self.room is not None, "sokoban")

@@ -1,7 +1,8 @@
 """Breadth-first Sokoban solver: the shortest move sequence (in player moves) that solves a ``Room``.
 
-Used by the tests to check that every generated room is solvable and that the env's step rule agrees with
-a known solution. Rooms here are small (a few dozen floor cells, 1-3 boxes), so plain BFS over
+Used by the env's expert (``SokobanEnv.expert_action``: the first move of ``solve`` from the current room) and by
+the tests to check that every generated room is solvable and that the env's step rule agrees with a known
+solution. Rooms here are small (a few dozen floor cells, 1-3 boxes), so plain BFS over
 (player, boxes) states is fast; ``max_states`` bounds the search for anything larger.
 """
 

@@ -8,19 +8,34 @@ current page (``back to search``, ``next >``, ``< prev``, an ASIN, an option val
 page unchanged and score 0.
 
 ``reset(seed)`` plays goal ``seed % len(goals)`` of the configured split, so seeds 0..n-1 cover a split.
+
+Expert (``expert_action``): buy the goal's own product with the best options. On the search page it searches the
+first of the instruction, the goal's query and the product title that lists the goal product on the first results
+page (``expert_query``, checked with the env's own search engine); on a results page it clicks the goal product,
+pages towards it, or goes back to search when it is not among the hits; on another product's page or a detail page
+it clicks ``< prev``; on the goal product's page it clicks, one at a time, the option values that match the most
+goal options (``expert_options``, WebShop's option matching), then ``buy now``. Its reward is the best purchase
+score of the goal product, which is below 1 when the product lacks some goal attribute or option.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 
 from ragen.env.base import StepResult, register
 from ragen.env.webshop import pages
 from ragen.env.webshop.data import Catalog, Goal, load_catalog, split_goals
 from ragen.env.webshop.pages import PageState, ProductSearch
-from ragen.env.webshop.scoring import make_noun_extractor, purchase_score
+from ragen.env.webshop.scoring import (
+    MATCH_THRESHOLD,
+    make_noun_extractor,
+    normalize_color,
+    purchase_score,
+    token_set_ratio,
+)
 
 _ACTION_RE = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
 SHIPPED_SPLIT_SIZES = (20, 20)  # test, val goals of the shipped catalog
@@ -92,6 +107,7 @@ class WebShopEnv:
         self.goal: Goal | None = None
         self.state = PageState()
         self.done = False
+        self._expert_memo: dict[tuple, object] = {}  # expert_query / expert_options per goal (not episode state)
 
     # ----------------------------------------------------------------- protocol
     def reset(self, seed: int) -> str:
@@ -108,6 +124,81 @@ class WebShopEnv:
         if self.state.kind == "search":
             return "search[<keywords>]"
         return ", ".join(f"click[{t}]" for t in pages.clickables(self.state, self.catalog.products))
+
+    def expert_action(self) -> str:
+        """The expert's action on the current page (module docstring); reads the state only."""
+        if self.goal is None:
+            raise RuntimeError("webshop: call reset(seed) before expert_action()")
+        if self.done:
+            raise RuntimeError("webshop: the episode is over; expert_action() needs an episode in progress "
+                               "(call reset(seed) to start a new one)")
+        state, target = self.state, self.goal.asin
+        if state.kind == "search":
+            return f"search[{self.expert_query()}]"
+        if state.kind == "results":
+            if target in pages.page_asins(state):
+                return f"click[{target.lower()}]"
+            if target in state.results:
+                page = state.results.index(target) // pages.RESULTS_PER_PAGE + 1
+                return f"click[{pages.NEXT if page > state.page_num else pages.PREV}]"
+            return f"click[{pages.BACK_TO_SEARCH}]"
+        if state.kind == "detail" or state.asin != target:
+            return f"click[{pages.PREV}]"
+        for name, value in self.expert_options().items():
+            if state.options.get(name) != value:
+                return f"click[{value}]"
+        return f"click[{pages.BUY_NOW}]"
+
+    def expert_query(self) -> str:
+        """Search keywords that list the goal product on the first results page (module docstring)."""
+        key = ("query", self.goal.asin, self.goal.instruction_text)
+        if key not in self._expert_memo:
+            product = self.catalog.products[self.goal.asin]
+            instruction = re.sub(r",? and price lower than [\d.]+ dollars$", "", self.goal.instruction_text)
+            candidates = [instruction, self.goal.query, product.title, self.goal.asin]
+            best, best_rank = candidates[0], None
+            for query in (re.sub(r"[\[\]]|\|\|", " ", q).strip() for q in candidates):
+                if not query:
+                    continue
+                results = self.search_engine.search(query)
+                rank = results.index(self.goal.asin) if self.goal.asin in results else None
+                if rank is not None and (best_rank is None or rank < best_rank):
+                    best, best_rank = query, rank
+                if best_rank is not None and best_rank < pages.RESULTS_PER_PAGE:
+                    break
+            self._expert_memo[key] = best
+        return self._expert_memo[key]
+
+    def expert_options(self) -> dict[str, str]:
+        """Option values of the goal product that together match the most goal options (WebShop's matching:
+        colour-normalised token-set ratio > 85); option names no value of which matches any goal option are left
+        out. Exhaustive over the matching values (greedy per option name beyond 4096 combinations)."""
+        key = ("options", self.goal.asin, tuple(self.goal.goal_options))
+        if key not in self._expert_memo:
+            product = self.catalog.products[self.goal.asin]
+            goals = [normalize_color(g) for g in self.goal.goal_options]
+            choices: list[tuple[str, list[tuple[str, frozenset[int]]]]] = []
+            for name, values in product.options.items():
+                matching = []
+                for value in values:
+                    if next(n for n, vals in product.options.items() if value in vals) != name:
+                        continue  # clicking it would set an earlier option with the same value
+                    hits = frozenset(i for i, g in enumerate(goals)
+                                     if token_set_ratio(normalize_color(value), g) > MATCH_THRESHOLD)
+                    if hits:
+                        matching.append((value, hits))
+                if matching:
+                    choices.append((name, matching))
+            size = 1
+            for _, matching in choices:
+                size *= len(matching)
+            if size <= 4096:
+                combos = itertools.product(*[matching for _, matching in choices])
+                best = max(combos, key=lambda combo: len(frozenset().union(*(h for _, h in combo))), default=())
+            else:
+                best = tuple(max(matching, key=lambda vh: len(vh[1])) for _, matching in choices)
+            self._expert_memo[key] = {name: value for (name, _), (value, _) in zip(choices, best, strict=True)}
+        return dict(self._expert_memo[key])
 
     def step(self, action: str) -> StepResult:
         """Apply one ``search[...]`` / ``click[...]`` action (invalid ones change nothing, reward 0)."""

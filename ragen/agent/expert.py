@@ -1,0 +1,62 @@
+"""Expert responses: the agent proxy plays an env's expert instead of sampling the model (supervised warm start).
+
+``ExpertResponder`` stands in for ``engine.generate`` in ``AgentProxy.rollout(..., responder=...)``: for each
+active env it asks the env for its expert action (``env.expert_action()``, see ``ragen.env.base``), writes it as
+the model would (``<think></think>`` when thinking is on, then ``<answer>action</answer>``, minus the forced
+``response_prefix`` that is already part of the prompt) and returns its token ids. Everything else is the proxy's
+own: prompts, chat template, observation text, turn limits, the parser, rewards, and the token masks of the batch.
+So a warm start imitates exactly the tokens RL will later sample and train on (``response_mask``).
+
+With probability ``noise`` a turn takes a random legal action instead (noisy experts: the model also sees states
+off the optimal path and the expert's recovery from them). Ids end with the closing answer tag when the agent
+stops there (``stop_at_answer``; the proxy appends the end-of-turn token with mask 0, as for sampled responses),
+else with the end-of-turn token. Log-probs are reported as 0 (nothing was sampled).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ragen.agent.config import AgentConfig
+from ragen.rollout.base import Sample, SamplingParams
+
+
+class ExpertResponder:
+    """``(slots, prompts, sampling) -> samples`` from each slot's env expert (module docstring)."""
+
+    def __init__(self, tokenizer: Any, cfg: AgentConfig, eot_id: int, *, noise: float = 0.0, seed: int = 0):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"expert noise must be in [0, 1] (share of random legal actions), got {noise}")
+        self.tokenizer, self.cfg, self.eot_id, self.noise = tokenizer, cfg, int(eot_id), float(noise)
+        self.rng = random.Random(seed)
+        self.stats = {"expert_turns": 0, "noise_turns": 0}
+
+    def text(self, action: str) -> str:
+        """The response text for ``action`` after the forced prefix (what the model would have to write)."""
+        cfg = self.cfg
+        think = f"<{cfg.think_tag}></{cfg.think_tag}>" if cfg.think else ""
+        full = f"{think}<{cfg.answer_tag}>{action}</{cfg.answer_tag}>"
+        if not full.startswith(cfg.response_prefix):
+            raise ValueError(f"agent.response_prefix={cfg.response_prefix!r} is not a prefix of the expert response "
+                             f"{full!r}; an expert warm start needs a prefix the answer format starts with")
+        return full[len(cfg.response_prefix):]
+
+    def action(self, env: Any) -> str:
+        """The expert's action, or with probability ``noise`` a random legal one."""
+        if self.noise > 0 and self.rng.random() < self.noise:
+            legal = [a.strip() for a in str(env.legal_actions()).split(",") if a.strip()]
+            if legal:
+                self.stats["noise_turns"] += 1
+                return self.rng.choice(legal)
+        self.stats["expert_turns"] += 1
+        return str(env.expert_action())
+
+    def __call__(self, slots: list[Any], prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
+        out = []
+        for slot in slots:
+            ids = self.tokenizer(self.text(self.action(slot.env)), add_special_tokens=False)["input_ids"]
+            if not self.cfg.stop_at_answer:
+                ids = [*ids, self.eot_id]
+            out.append(Sample(list(ids), [0.0] * len(ids), "stop"))
+        return out

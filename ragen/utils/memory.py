@@ -1,0 +1,49 @@
+"""Process memory: current and peak resident set size, and handing freed heap pages back to the OS.
+
+A training update allocates activations for a whole micro-batch; glibc keeps the freed pages in its arenas, so
+a worker's RSS stays at its peak between steps unless they are trimmed (``release_free_memory`` after each
+update). The trainer logs ``memory/<process>_rss_gb`` and ``memory/<process>_peak_gb`` every step, where a leak
+shows as growth from step to step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+import sys
+
+_GB = 1024**3
+
+
+def rss_gb() -> float:
+    """Resident set size of this process now, in GiB (Linux: /proc/self/statm; elsewhere the peak)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as fh:
+            pages = int(fh.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / _GB
+    except (OSError, ValueError, IndexError):
+        return peak_rss_gb()
+
+
+def peak_rss_gb() -> float:
+    """Peak resident set size of this process so far, in GiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / _GB if sys.platform == "darwin" else peak * 1024 / _GB
+
+
+def release_free_memory() -> None:
+    """Return freed heap pages to the OS (glibc ``malloc_trim(0)``); a no-op where glibc is not the allocator."""
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):
+        return
+
+
+def memory_stats() -> dict[str, float]:
+    """``{"rss_gb": ..., "peak_gb": ...}`` of this process."""
+    return {"rss_gb": rss_gb(), "peak_gb": peak_rss_gb()}

@@ -1,0 +1,51 @@
+"""Expert rollouts through the agent proxy (ragen.agent.expert): the warm start imitates exactly the tokens and
+masks RL samples and trains on."""
+
+import pytest
+import torch
+
+from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
+from ragen.agent.expert import ExpertResponder
+
+
+def proxy_with(engine, tok, cfg, n_groups=2, group_size=2):
+    return AgentProxy(engine, tok, cfg, [EnvGroupSpec("test_line", {}, n_groups, group_size)], [], seed=3)
+
+
+@pytest.mark.parametrize(("think", "prefix", "stop_at_answer"),
+                         [(False, "<answer>", True), (False, "", False), (True, "", True)])
+def test_expert_batch_equals_the_rl_batch_of_the_same_tokens(char_tok, fake_engine, think, prefix, stop_at_answer):
+    """The SFT mask is the RL response mask: an expert rollout and a model that samples exactly the expert's
+    tokens give the same batch (ids, response mask, turn ids, rewards); env, prompt, forced-prefix and padding
+    tokens are outside the mask."""
+    cfg = AgentConfig(max_turn=3, think=think, response_prefix=prefix, stop_at_answer=stop_at_answer)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    responder = ExpertResponder(char_tok, cfg, eot)
+    expert = proxy_with(fake_engine(lambda *a: []), char_tok, cfg).rollout("train", responder=responder)
+    text = responder.text("right")
+    full = ("<think></think>" if think else "") + "<answer>right</answer>"
+    assert text == full[len(prefix):]
+    sampled_ids = char_tok(text, add_special_tokens=False)["input_ids"] + ([] if stop_at_answer else [eot])
+    model = proxy_with(fake_engine(lambda call, i, prompt: sampled_ids, decode=char_tok.decode), char_tok, cfg)
+    rl = model.rollout("train")
+    for name in ("input_ids", "attention_mask", "response_mask", "turn_ids", "token_rewards"):
+        assert torch.equal(getattr(expert, name), getattr(rl, name)), name
+    assert expert.turn_rewards.tolist() == [[1.0, 0.0, 2.0]] * 4  # the expert walked right 3 times: success
+    assert expert.metrics["env/test_line/success"] == 1.0 and expert.metrics["env/test_line/format_ok"] == 1.0
+    row, mask = expert.input_ids[0].tolist(), expert.response_mask[0].tolist()
+    imitated = char_tok.decode([t for t, m in zip(row, mask, strict=True) if m])
+    assert imitated == (text + ("" if stop_at_answer else "<|end|>")) * 3  # the model tokens of the 3 turns
+
+
+def test_noise_takes_random_legal_actions_and_bad_settings_raise(char_tok, fake_engine):
+    cfg = AgentConfig(max_turn=3, think=False)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    noisy = ExpertResponder(char_tok, cfg, eot, noise=1.0, seed=0)
+    batch = proxy_with(fake_engine(lambda *a: []), char_tok, cfg, 4, 4).rollout("train", responder=noisy)
+    actions = [a for ep in batch.episodes for turn in ep.turns for a in turn.actions]
+    assert set(actions) == {"left", "right"} and noisy.stats["expert_turns"] == 0
+    assert noisy.stats["noise_turns"] == len(actions) == 48
+    with pytest.raises(ValueError, match="noise"):
+        ExpertResponder(char_tok, cfg, eot, noise=1.5)
+    with pytest.raises(ValueError, match="response_prefix"):
+        ExpertResponder(char_tok, AgentConfig(think=False, response_prefix="<think>"), eot).text("right")

@@ -1,0 +1,34 @@
+"""Memory: every process reports its RSS each step, stays under a cap, and does not grow from step to step (a
+leak would: e.g. state dicts or rollouts kept alive across steps). Tiny model, Ray workers, multi-turn episodes."""
+
+from trainer_helpers import read_metrics, tiny_overrides
+
+from ragen.trainer.compose import load_train_config
+from ragen.trainer.main import run
+from ragen.utils.memory import memory_stats, peak_rss_gb, release_free_memory, rss_gb
+
+CAP_GB = 4.0  # per process, tiny model (the default model's budget is in bench/train_step.py and the README)
+GROWTH_GB = 0.15  # allowed RSS growth between the last two steps (allocator noise), per process
+
+
+def test_memory_helpers_read_this_process():
+    before = rss_gb()
+    block = bytearray(200 * 1024 * 1024)  # 200 MiB, touched
+    block[::4096] = b"x" * len(block[::4096])
+    assert rss_gb() > before + 0.15 and peak_rss_gb() >= rss_gb() - 1e-3
+    del block
+    release_free_memory()
+    assert set(memory_stats()) == {"rss_gb", "peak_gb"}
+
+
+def test_three_multi_turn_steps_stay_under_a_cap_without_growth(tmp_path):
+    overrides = [*tiny_overrides(tmp_path, 3), "trainer.use_ray=true", "trainer.val_before_train=false",
+                 "trainer.val_freq=0", "trainer.save_freq=0"]
+    run(load_train_config("ppo_multi_turn", overrides))
+    records = [r for r in read_metrics(tmp_path) if "memory/driver_rss_gb" in r]
+    assert [r["step"] for r in records] == [1, 2, 3]
+    for proc in ("driver", "actor", "critic"):
+        rss = [r[f"memory/{proc}_rss_gb"] for r in records]
+        peak = records[-1][f"memory/{proc}_peak_gb"]
+        assert 0.05 < max(rss) < CAP_GB and peak < CAP_GB, (proc, rss, peak)
+        assert rss[2] - rss[1] < GROWTH_GB, (proc, rss)

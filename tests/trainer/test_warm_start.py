@@ -1,0 +1,72 @@
+"""The supervised warm start through the trainer (tiny model, in-process): expert batches train the actor before
+RL, the records and the step-0 checkpoint say so, a resume does not repeat it, and ``python -m ragen.sft`` writes a
+checkpoint that PPO starts from."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
+
+from ragen.trainer.compose import load_train_config
+from ragen.trainer.config import ConfigError
+from ragen.trainer.main import run
+from ragen.trainer.validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+WARM = ["trainer.use_ray=false", "env=delayed_choice", "trainer.sft_warmup_steps=2", "sft.lr=1e-2", "sft.noise=0",
+        "trainer.save_freq=0", "agent.response_prefix='<answer>'", "agent.think=false"]
+
+
+def test_warm_start_then_rl_and_resume_skips_it(tmp_path):
+    run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), *WARM]))
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    sft = [r for r in records if "sft/step" in r]
+    assert [r["sft/step"] for r in sft] == [1.0, 2.0] and all(r["step"] == 0 for r in sft)
+    assert sft[-1]["sft/nll"] < sft[0]["sft/nll"]  # the second batch (new seeds) is already likelier
+    assert all(r["sft/env/delayed_choice/success"] == 1.0 for r in sft)  # the experts' own episodes
+    vals = [r for r in records if "val/env/delayed_choice/success" in r]
+    assert [r["step"] for r in vals] == [0, 0, 1] and vals[1].get("val/after_warm_start") == 1.0
+    ckpt0 = tmp_path / "checkpoints" / "global_step_0"
+    assert torch.load(ckpt0 / "trainer_state.pt", weights_only=False)["warm_started"] is True
+    warm, init = load_actor_weights(ckpt0), tiny_init_weights()
+    assert any(not torch.equal(warm[k], init[k]) for k in init)  # the warm start changed the policy
+    assert any("actor/pg_loss" in r for r in records)  # then RL ran
+    # resume: the warm start is not repeated; the records of step 0 and 1 are kept
+    run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 2), *WARM]))
+    again = read_metrics(tmp_path)
+    assert [r["sft/step"] for r in again if "sft/step" in r] == [1.0, 2.0]
+    assert max(r["step"] for r in again) == 2
+
+
+def test_warm_start_config_errors(tmp_path):
+    base = [*tiny_overrides(tmp_path, 1), "trainer.sft_warmup_steps=2"]
+    with pytest.raises(ConfigError, match="response_prefix"):
+        validate(load_train_config("ppo_bandit", [*base, "agent.response_prefix='<think>'"]))
+    with pytest.raises(ConfigError, match="sft_warmup_steps=-1"):
+        validate(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.sft_warmup_steps=-1"]))
+    with pytest.raises(ConfigError, match="sft.noise"):
+        load_train_config("ppo_bandit", [*base, "sft.noise=2"])
+    validate(load_train_config("ppo_bandit", [*base, "trainer.total_steps=0"]))  # a warm start only is valid
+
+
+def test_sft_module_writes_a_checkpoint_ppo_starts_from(tmp_path, subprocess_env):
+    out = tmp_path / "sft"
+    cmd = [sys.executable, "-m", "ragen.sft", "--config-name", "ppo_bandit", *tiny_overrides(out, 1), *WARM]
+    proc = subprocess.run(cmd, cwd=ROOT, env=subprocess_env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "warm start done" in proc.stdout
+    actor = out / "checkpoints" / "global_step_0" / "actor"
+    assert (actor / "config.json").is_file() and not (out / "checkpoints" / "global_step_1").exists()
+    assert not any("actor/pg_loss" in r for r in read_metrics(out))  # no RL in a warm-start-only job
+    rl = tmp_path / "rl"
+    overrides = [o for o in tiny_overrides(rl, 1) if o != "model=tiny"]
+    rl_overrides = [*overrides, "trainer.use_ray=false", f"model.path={actor}", "env=delayed_choice"]
+    run(load_train_config("ppo_bandit", rl_overrides))
+    start = load_actor_weights(actor.parent)
+    assert any("actor/pg_loss" in r for r in read_metrics(rl))
+    first = load_actor_weights(rl / "checkpoints" / "global_step_1")
+    assert start.keys() == first.keys() and any(not torch.equal(start[k], first[k]) for k in start)

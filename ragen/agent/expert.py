@@ -7,14 +7,18 @@ the model would (``<think></think>`` when thinking is on, then ``<answer>action<
 own: prompts, chat template, observation text, turn limits, the parser, rewards, and the token masks of the batch.
 So a warm start imitates exactly the tokens RL will later sample and train on (``response_mask``).
 
-With probability ``noise`` a turn takes a random legal action instead (noisy experts: the model also sees states
-off the optimal path and the expert's recovery from them). Ids end with the closing answer tag when the agent
+Where a turn may carry several actions (``max_actions_per_turn`` > 1, e.g. FrozenLake, Sokoban) the expert plans
+that many: its next actions are read off a copy of the env stepped with the earlier ones (``copy.deepcopy``), and
+the answer joins them with ``action_sep``, as a model is asked to; the plan stops where the copy's episode ends.
+With probability ``noise`` an action is a random legal one instead (noisy experts: the model also sees states off
+the optimal path and the expert's recovery from them). Ids end with the closing answer tag when the agent
 stops there (``stop_at_answer``; the proxy appends the end-of-turn token with mask 0, as for sampled responses),
 else with the end-of-turn token. Log-probs are reported as 0 (nothing was sampled).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
@@ -32,11 +36,12 @@ class ExpertResponder:
         self.rng = random.Random(seed)
         self.stats = {"expert_turns": 0, "noise_turns": 0}
 
-    def text(self, action: str) -> str:
-        """The response text for ``action`` after the forced prefix (what the model would have to write)."""
+    def text(self, actions: str | list[str]) -> str:
+        """The response text for ``actions`` after the forced prefix (what the model would have to write)."""
         cfg = self.cfg
+        answer = actions if isinstance(actions, str) else f" {cfg.action_sep} ".join(actions)
         think = f"<{cfg.think_tag}></{cfg.think_tag}>" if cfg.think else ""
-        full = f"{think}<{cfg.answer_tag}>{action}</{cfg.answer_tag}>"
+        full = f"{think}<{cfg.answer_tag}>{answer}</{cfg.answer_tag}>"
         if not full.startswith(cfg.response_prefix):
             raise ValueError(f"agent.response_prefix={cfg.response_prefix!r} is not a prefix of the expert response "
                              f"{full!r}; an expert warm start needs a prefix the answer format starts with")
@@ -52,10 +57,23 @@ class ExpertResponder:
         self.stats["expert_turns"] += 1
         return str(env.expert_action())
 
+    def plan(self, env: Any, limit: int) -> list[str]:
+        """Up to ``limit`` actions for one turn: each from the expert (or noise) on a copy of ``env`` stepped with
+        the ones before; the env itself is not touched."""
+        if limit <= 1:
+            return [self.action(env)]
+        sim, out = copy.deepcopy(env), []
+        for _ in range(limit):
+            out.append(self.action(sim))
+            if sim.step(out[-1]).done:
+                break
+        return out
+
     def __call__(self, slots: list[Any], prompts: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         out = []
         for slot in slots:
-            ids = self.tokenizer(self.text(self.action(slot.env)), add_special_tokens=False)["input_ids"]
+            ids = self.tokenizer(self.text(self.plan(slot.env, slot.max_actions)),
+                                 add_special_tokens=False)["input_ids"]
             if not self.cfg.stop_at_answer:
                 ids = [*ids, self.eot_id]
             out.append(Sample(list(ids), [0.0] * len(ids), "stop"))

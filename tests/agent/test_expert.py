@@ -49,3 +49,17 @@ def test_noise_takes_random_legal_actions_and_bad_settings_raise(char_tok, fake_
         ExpertResponder(char_tok, cfg, eot, noise=1.5)
     with pytest.raises(ValueError, match="response_prefix"):
         ExpertResponder(char_tok, AgentConfig(think=False, response_prefix="<think>"), eot).text("right")
+
+
+def test_several_actions_per_turn_are_planned_on_a_copy(char_tok, fake_engine):
+    """With max_actions_per_turn > 1 the expert answers a plan (read off a copy of the env), ending where the
+    copy's episode ends; the real env only moves when the proxy executes the answer."""
+    cfg = AgentConfig(max_turn=3, think=False)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    responder = ExpertResponder(char_tok, cfg, eot)
+    spec = EnvGroupSpec("test_line", {"horizon": 3}, 1, 1, max_actions_per_turn=2)
+    batch = AgentProxy(fake_engine(lambda *a: []), char_tok, cfg, [spec], []).rollout("train", responder=responder)
+    turns = batch.episodes[0].turns
+    assert [t.actions for t in turns] == [["right", "right"], ["right"]]  # the plan stops at the copy's done
+    assert [t.response_text for t in turns] == ["<answer>right || right</answer>", "<answer>right</answer>"]
+    assert batch.turn_rewards.tolist() == [[1.0, 2.0]] and batch.episodes[0].success

@@ -16,6 +16,8 @@ from ragen.trainer.derived import (
     world_size,
 )
 from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
+from ragen.utils.process import ENV_VAR as NICE_VAR
+from ragen.utils.process import niceness
 
 # Share of one GPU each role's ranks request, so actor / critic / reference ranks colocate on the same GPUs.
 GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
@@ -62,7 +64,7 @@ def start_ray(cfg: TrainConfig) -> None:
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS")
-    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
+    env_vars = {"TOKENIZERS_PARALLELISM": "false", NICE_VAR: str(niceness())}  # workers: the driver's priority
     if os.environ.get(ENV_VAR):  # the workers resolve precision "auto" themselves: pass the override on
         env_vars[ENV_VAR] = os.environ[ENV_VAR]
     if cfg.trainer.num_threads:

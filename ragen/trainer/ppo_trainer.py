@@ -179,7 +179,8 @@ class PPOTrainer:
 
     def memory_metrics(self) -> dict[str, float]:
         """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
-        role (mean over its ranks; in-process workers count as the driver). Growth from step to step is a leak."""
+        role (mean over its ranks; in-process workers count as the driver), and ``memory/<role>_nice``, the
+        workers' niceness (``ragen.utils.process``). Growth from step to step is a leak."""
         out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
         if self.cfg.trainer.use_ray:
             for role, group in self.workers.items():

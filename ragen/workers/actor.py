@@ -15,6 +15,7 @@ import torch
 
 from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss
 from ragen.utils.memory import memory_stats
+from ragen.utils.process import match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers.config import ActorConfig
 from ragen.workers.data import TrainBatch
@@ -53,6 +54,7 @@ class PolicyWorker:
         self.model_name_or_path, self.tiny, self.cache_dir = model_name_or_path, tiny, cache_dir
         if num_threads:
             torch.set_num_threads(num_threads)
+        match_driver_priority()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
         lm = build_causal_lm(model_name_or_path, tiny, cache_dir)
@@ -197,5 +199,5 @@ class PolicyWorker:
         return self.rank
 
     def memory_stats(self) -> dict[str, float]:
-        """This rank's process memory: ``rss_gb`` now and ``peak_gb`` so far."""
-        return memory_stats()
+        """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""
+        return {**memory_stats(), "nice": float(niceness())}

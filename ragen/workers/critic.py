@@ -14,6 +14,7 @@ import torch
 from ragen.algorithms.losses import value_loss
 from ragen.models.value_head import HEAD_FILE, ValueModel
 from ragen.utils.memory import memory_stats
+from ragen.utils.process import match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers.actor import build_causal_lm
 from ragen.workers.config import CriticConfig
@@ -34,6 +35,7 @@ class CriticWorker:
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         if num_threads:
             torch.set_num_threads(num_threads)
+        match_driver_priority()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
         if tiny is None and (Path(model_name_or_path) / HEAD_FILE).is_file():
@@ -107,5 +109,5 @@ class CriticWorker:
         return self.rank
 
     def memory_stats(self) -> dict[str, float]:
-        """This rank's process memory: ``rss_gb`` now and ``peak_gb`` so far."""
-        return memory_stats()
+        """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""
+        return {**memory_stats(), "nice": float(niceness())}

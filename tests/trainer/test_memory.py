@@ -1,6 +1,8 @@
 """Memory: every process reports its RSS each step, stays under a cap, and does not grow from step to step (a
 leak would: e.g. state dicts or rollouts kept alive across steps). Tiny model, Ray workers, multi-turn episodes."""
 
+import os
+
 from trainer_helpers import read_metrics, tiny_overrides
 
 from ragen.trainer.compose import load_train_config
@@ -32,3 +34,21 @@ def test_three_multi_turn_steps_stay_under_a_cap_without_growth(tmp_path):
         peak = records[-1][f"memory/{proc}_peak_gb"]
         assert 0.05 < max(rss) < CAP_GB and peak < CAP_GB, (proc, rss, peak)
         assert rss[2] - rss[1] < GROWTH_GB, (proc, rss)
+    driver_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert records[-1]["memory/actor_nice"] == records[-1]["memory/critic_nice"] == driver_nice  # not Ray's 15
+
+
+def test_workers_take_the_driver_niceness(tmp_path, subprocess_env):
+    """Ray starts workers at niceness 15; match_driver_priority moves a process to $RAGEN_DRIVER_NICE (raising it
+    needs no privilege, lowering it does)."""
+    import subprocess
+    import sys
+
+    code = ("import os; os.nice(5); from ragen.utils.process import match_driver_priority; "
+            "os.environ['RAGEN_DRIVER_NICE'] = '{}'; print(match_driver_priority())")
+    for target in (8, 2):
+        out = subprocess.run([sys.executable, "-c", code.format(target)], env=subprocess_env, capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()[-1]
+        start = os.getpriority(os.PRIO_PROCESS, 0) + 5
+        expected = target if target >= start or os.geteuid() == 0 else start
+        assert int(out) == expected, (target, out)

@@ -192,6 +192,7 @@ class TrainerSection:
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    ``verbose``: the CLI's console shows everything live; false (default) = ``ragen.utils.console.quiet_console``.
     """
 
     total_steps: int = 20
@@ -219,6 +220,7 @@ class TrainerSection:
     seed: int = 42
     deterministic: bool = False
     progress_bar: bool = True
+    verbose: bool = False
 
 
 @dataclass(frozen=True)

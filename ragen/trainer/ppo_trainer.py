@@ -14,6 +14,7 @@ trainer state, saved with every checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +29,12 @@ from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
+from ragen.utils import console
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
-from ragen.utils.tracking import Tracker
+from ragen.utils.tracking import Tracker, bar_postfix
 
 
 class PPOTrainer:
@@ -64,7 +66,7 @@ class PPOTrainer:
         if with_workers:
             builders.start_ray(cfg)
             self.workers = builders.build_workers(cfg, self.model_path)
-        tqdm.write(builders.precision_summary(cfg))
+        console.say(builders.startup_block(cfg, self.model_path, os.environ.get(console.LOG_VAR)))
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -96,10 +98,10 @@ class PPOTrainer:
             self.warm_started = True
             self.save_checkpoint()  # a crash in RL resumes after the warm start
         if self.step >= tr.total_steps and not (tr.total_steps == 0 and self.warm_started):
-            tqdm.write(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
+            console.say(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
                        f"{tr.total_steps}; nothing to train (trainer.resume=none or a new trainer.output_dir "
                        "starts afresh)")
-        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step",
+        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step", file=console.err_stream(),
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
             metrics = self.train_step()
@@ -113,7 +115,7 @@ class PPOTrainer:
             if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
                 self.save_checkpoint()
             bar.update(1)
-            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            bar.set_postfix(bar_postfix(metrics), refresh=False)
             last = metrics
         bar.close()
         self.plot()
@@ -266,4 +268,4 @@ class PPOTrainer:
         self.warm_started = bool(state.get("warm_started", False))
         set_rng_state(state["rng"])
         self.proxy.load_state_dict(state["proxy"])
-        tqdm.write(f"[ragen] resumed from {path} at step {self.step}")
+        console.say(f"[ragen] resumed from {path} at step {self.step}")

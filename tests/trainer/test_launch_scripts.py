@@ -35,8 +35,15 @@ def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name,
     for key in (f"env/{env_name}/success", "actor/pg_loss", "critic/vf_loss", "timing/rollout",
                 "timing/actor_update", "perf/tokens_per_s", f"val/env/{env_name}/success"):
         assert key in records[-1], key
-    # console table per step, progress through the phases
-    assert "actor/pg_loss" in proc.stdout
+    # the quiet console: start-up block, the key metrics per step, the final summary; the rest in train.log
+    assert "actor/pg_loss" in proc.stdout and "actor/grad_norm" not in proc.stdout
+    for line in ("[ragen] model", "[ragen] precision", "[ragen] estimator", "[ragen] run dir", "[ragen] done:",
+                 "[ragen] checkpoint", "[ragen] log"):
+        assert line in proc.stdout, line
+    log = (run_dir / "train.log").read_text()
+    assert "actor/grad_norm" in log and "saved checkpoint" in log
+    for noise in ("Loading weights", "Token authentication", "FutureWarning", "(PolicyWorker"):
+        assert noise not in proc.stdout + proc.stderr, noise
     # policy parameters changed and the final checkpoint loads with from_pretrained
     ckpt = run_dir / "checkpoints" / "global_step_2"
     final = load_actor_weights(ckpt)

@@ -192,6 +192,10 @@ class TrainerSection:
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    ``report``: write the run report (``ragen.report``: ``report/index.html`` and a page per step, refreshed at
+    every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
+    ``report_train_samples``: episodes of each training batch saved with their credit for the report
+    (``train_samples/step_N.jsonl``; 0 = none).
     """
 
     total_steps: int = 20
@@ -219,6 +223,8 @@ class TrainerSection:
     seed: int = 42
     deterministic: bool = False
     progress_bar: bool = True
+    report: bool = True
+    report_train_samples: int = 4
 
 
 @dataclass(frozen=True)

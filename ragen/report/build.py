@@ -187,12 +187,10 @@ def index_body(run_dir: Path, records: list[dict[str, Any]], config: dict[str, A
             f"estimator {html.escape(str(alg.get('estimator', '?')))} · {len(records)} metric records · "
             f"{len(steps)} step page(s)</p>")
     charts = "".join(line_chart(t, s) for t, s in chart_specs(records)) or "<p class='note'>no metrics yet</p>"
-    png = ' (matplotlib version: <a href="../learning_curve.png">learning_curve.png</a>)' \
-        if (run_dir / "learning_curve.png").exists() else ""
     pages = ("<table><tr><th>page</th><th>val episodes</th><th>val success</th><th>val reward</th>"
              "<th>train samples</th></tr>" + "".join(_step_row(run_dir, s) for s in steps) + "</table>"
              if steps else "<p class='note'>no validation or training samples saved yet</p>")
-    return (head + f"<h2>Steps</h2>{pages}<h2>Learning curves</h2><p class='note'>x: step{png}</p>"
+    return (head + f"<h2>Steps</h2>{pages}<h2>Learning curves</h2><p class='note'>x: step; dashed: validation</p>"
             f"<div class='charts'>{charts}</div><h2>Timing per phase</h2>{timing_table(records)}"
             f"<h2>Config</h2>{config_html(config)}")
 

@@ -5,6 +5,7 @@ import json
 import re
 
 import torch
+from report_helpers import block_id, episode_blocks, model_token_count, token_spans
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
 from ragen.report import Credit, build_report, episode_token_records, sample_indices
@@ -57,21 +58,16 @@ def _write_run(run_dir):
     return val, train
 
 
-def _episode_blocks(page: str) -> list[str]:
-    return re.split(r'(?=<div class="ep" )', page)[1:]
-
-
 def test_step_page_structure_colours_and_escaping(tmp_path):
     val, train = _write_run(tmp_path)
     index = build_report(tmp_path)
     page = (tmp_path / "report" / "step_3.html").read_text()
-    blocks = _episode_blocks(page)
-    assert [re.search(r'id="([a-z]+-\d+)"', b).group(1) for b in blocks] == ["val-0", "val-1", "train-0"]
+    blocks = episode_blocks(page)
+    assert [block_id(b) for b in blocks] == ["val-0", "val-1", "train-0"]
     assert [re.search(r'data-success="(\d)"', b).group(1) for b in blocks] == ["1", "0", "0"]
     for block, rec in zip(blocks, val + train, strict=True):
-        spans = re.findall(r'<span class="m" style="background:(#[0-9a-f]{6})[^"]*" title="([^"]*)"', block)
-        mask = [m for row in rec["rows"] for m in row["response_mask"]]
-        assert len(spans) == sum(mask)
+        spans = token_spans(block)
+        assert len(spans) == model_token_count(rec)
         advs = [a for row in rec["rows"] for a, m in zip(row["advantages"], row["response_mask"], strict=True) if m]
         scale = 2.0  # validation section: the largest |advantage| of its model tokens
         for (color, title), a in zip(spans, advs, strict=True):

@@ -65,16 +65,28 @@ def _token_span(row: dict[str, Any], t: int, scale: float) -> str:
             f"{html.escape(row['pieces'][t])}</span>")
 
 
-def render_row(row: dict[str, Any], turn_rewards: list[float], scale: float) -> str:
-    """One token sequence: the leading prompt folded (``<details>``), env tokens greyed, one coloured span per model
-    token, and a reward badge after the last model token of each turn."""
+def _leading_prompt(pieces: list[str], observation: str) -> str:
+    """The prompt before a row's first model token: folded (``<details>``) up to where the turn's observation
+    starts, the observation and the rest (template tail, forced prefix) shown greyed."""
+    text = "".join(pieces)
+    cut = text.rfind(observation) if observation else -1
+    head, tail = (text, "") if cut < 0 else (text[:cut], text[cut:])
+    folded = (f'<details class="prompt"><summary>prompt · {len(pieces)} tokens</summary><span class="e">'
+              f"{html.escape(head)}</span></details>") if head else ""
+    return folded + (f'<span class="e">{html.escape(tail)}</span>' if tail else "")
+
+
+def render_row(row: dict[str, Any], turn_rewards: list[float], scale: float, observations: list[str]) -> str:
+    """One token sequence: the leading prompt folded up to the current turn's observation (``observations[k]``:
+    the text turn k was shown), env tokens greyed, one coloured span per model token, and a reward badge after the
+    last model token of each turn."""
     mask, tids, pieces = row["response_mask"], row["turn_ids"], row["pieces"]
     n = len(mask)
     first = next((t for t in range(n) if mask[t]), n)
     out = []
     if first:
-        out.append(f'<details class="prompt"><summary>prompt · {first} tokens</summary><span class="e">'
-                   f'{html.escape("".join(pieces[:first]))}</span></details>')
+        k = tids[first] if first < n else 0
+        out.append(_leading_prompt(pieces[:first], observations[k] if 0 <= k < len(observations) else ""))
     t = first
     while t < n:
         if not mask[t]:
@@ -127,7 +139,8 @@ def render_episode(rec: dict[str, Any], anchor: str, scale: float) -> str:
             f'<span class="{"ok" if success else "bad"}">{"success" if success else "failure"}</span> · '
             f"reward {sum(rewards):+.3f} · {len(rewards)} turn(s){flags}</div>")
     rows = rec.get("rows")
-    body = "".join(render_row(r, rewards, scale) for r in rows) if rows else _text_only(rec)
+    observations = [str(turn.get("prompt", "")) for turn in rec.get("turns", [])]
+    body = "".join(render_row(r, rewards, scale, observations) for r in rows) if rows else _text_only(rec)
     return (f'<div class="ep" id="{anchor}" data-success="{int(success)}">{head}{error}{_turn_table(rec)}'
             f"{body}</div>")
 
@@ -155,7 +168,8 @@ def step_page_body(step: int, val: list[dict[str, Any]], train: list[dict[str, A
     buttons = "".join(f'<button class="fb{" on" if w == "all" else ""}" data-w="{w}" onclick="ragenFilter(\'{w}\')">'
                       f"{w}</button>" for w in ("all", "success", "failure"))
     val_note = ("Validation rollouts (greedy by default). Advantages are what the estimator assigns over this "
-                "validation batch with the critic of this step; nothing here is trained on.")
+                "validation batch with the critic of this step; nothing here is trained on. Group-relative "
+                "estimators give 0 unless <code>rollout.val_group_size</code> >= 2.")
     train_note = ("A sample of the episodes this step trained on (<code>trainer.report_train_samples</code>), "
                   "with the advantages, values and old log-probs of the update.")
     return (f'<p><a href="index.html">&larr; run report</a></p><h1>Step {step}</h1>'

@@ -28,8 +28,8 @@ def _row(pieces, mask, turns, adv):
 
 
 def _episode(seed, success, rows, rewards):
-    turns = [{"prompt": f"obs {k}", "response": "r", "actions": [f"act{k}"], "reward": r, "success": False,
-              "format_ok": True} for k, r in enumerate(rewards)]
+    turns = [{"prompt": "go" if k == 0 else f"obs {k}", "response": "r", "actions": [f"act{k}"], "reward": r,
+              "success": False, "format_ok": True} for k, r in enumerate(rewards)]
     return {"env": "frozen_lake", "seed": seed, "group_id": 0, "success": success, "failed": False, "error": "",
             "truncated": False, "turns": turns, "turn_rewards": rewards, "rows": rows}
 
@@ -77,6 +77,9 @@ def test_step_page_structure_colours_and_escaping(tmp_path):
     # +0.8 / -0.8 of episode 0 sit on opposite sides: blue above white for +, red for -
     pos, neg = _rgb(advantage_color(0.8, 2.0)), _rgb(advantage_color(-0.8, 2.0))
     assert pos[2] > pos[0] and neg[0] > neg[2]
+    # the first prompt is folded up to the turn's observation ("go"), which stays visible
+    assert '<summary>prompt · 3 tokens</summary><span class="e">&lt;|im_start|&gt;sys\n</span></details>' \
+        '<span class="e">go</span>' in blocks[0]
     # one reward badge per turn, after the turn's last model token
     assert blocks[0].count('class="rw"') == 2 and "turn 1 · r=+1.000" in blocks[0]
     # model text is escaped; the only script element is the page's own filter code

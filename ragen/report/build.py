@@ -72,10 +72,19 @@ def report_steps(run_dir: Path) -> list[int]:
 
 
 def pending_steps(run_dir: Path, current: int) -> list[int]:
-    """Steps whose page is missing, plus ``current`` (what the trainer writes at a validation: pages of steps
-    trained since the last one, and the page of the step just validated)."""
-    out = Path(run_dir) / "report"
-    return [s for s in report_steps(Path(run_dir)) if s == current or not (out / f"step_{s}.html").exists()]
+    """What the trainer rewrites at a validation: ``current`` (the step just validated) and every step whose page is
+    missing or older than its saved episodes (steps trained since the last validation, and steps redone after a
+    resume)."""
+    run_dir = Path(run_dir)
+
+    def stale(step: int) -> bool:
+        page = run_dir / "report" / f"step_{step}.html"
+        if step == current or not page.exists():
+            return True
+        sources = (run_dir / sub / f"step_{step}.jsonl" for sub in ("val_rollouts", "train_samples"))
+        return any(f.exists() and f.stat().st_mtime_ns > page.stat().st_mtime_ns for f in sources)
+
+    return [s for s in report_steps(run_dir) if stale(s)]
 
 
 def _finite(v: Any) -> bool:

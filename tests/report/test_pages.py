@@ -8,7 +8,7 @@ import torch
 from report_helpers import block_id, episode_blocks, model_token_count, token_spans
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
-from ragen.report import Credit, build_report, episode_token_records, sample_indices
+from ragen.report import Credit, build_report, episode_token_records, pending_steps, sample_indices
 from ragen.report.build import chart_specs, timing_table
 from ragen.report.episodes import advantage_color, section_scale
 from ragen.report.svg import Series, line_chart, nice_ticks
@@ -166,3 +166,18 @@ def pytest_approx(x):
     import pytest
 
     return pytest.approx(x)
+
+
+def test_pending_steps_rebuilds_missing_current_and_stale_pages(tmp_path):
+    import os
+
+    _write_run(tmp_path)
+    for step in (4, 5):
+        (tmp_path / "train_samples" / f"step_{step}.jsonl").write_text("")
+    assert pending_steps(tmp_path, 5) == [3, 4, 5]  # no page yet
+    build_report(tmp_path)
+    assert pending_steps(tmp_path, 5) == [5]
+    page = (tmp_path / "report" / "step_3.html").stat()
+    newer = page.st_mtime_ns + 10**9
+    os.utime(tmp_path / "train_samples" / "step_3.jsonl", ns=(newer, newer))  # step 3 redone after a resume
+    assert pending_steps(tmp_path, 5) == [3, 5]

@@ -193,6 +193,10 @@ class TrainerSection:
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
     ``verbose``: the CLI's console shows everything live; false (default) = ``ragen.utils.console.quiet_console``.
+    ``report``: write the run report (``ragen.report``: ``report/index.html`` and a page per step, refreshed at
+    every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
+    ``report_train_samples``: episodes of each training batch saved with their credit for the report
+    (``train_samples/step_N.jsonl``; 0 = none).
     """
 
     total_steps: int = 20
@@ -221,6 +225,8 @@ class TrainerSection:
     deterministic: bool = False
     progress_bar: bool = True
     verbose: bool = False
+    report: bool = True
+    report_train_samples: int = 4
 
 
 @dataclass(frozen=True)

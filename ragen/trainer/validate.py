@@ -223,6 +223,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     for name in tr.loggers:
         if name not in ("console", "jsonl", "wandb"):
             out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")
+    if tr.report_train_samples < 0:
+        out.append(f"trainer.report_train_samples={tr.report_train_samples} must be >= 0 (training episodes per "
+                   "step saved for the run report; 0 = none)")
     if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
         out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
     if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ragen.trainer import env_mix
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import (
     actor_worker_config,
@@ -164,7 +165,7 @@ def precision_summary(cfg: TrainConfig) -> str:
 def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None) -> str:
     """The run's start-up block for the console: model, precision, device and workers, env, estimator, sizes and
     where the run writes (run folder, and the log file under the quiet console)."""
-    tr, ro, env = cfg.trainer, cfg.rollout, cfg.env
+    tr, ro = cfg.trainer, cfg.rollout
     roles = ["actor"] + (["critic"] if needs_critic(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
     ranks = ", ".join(f"{r}={world_size(cfg, r)}" for r in roles)
     critic = "critic" if needs_critic(cfg) else "no critic"
@@ -173,12 +174,16 @@ def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None
         f"[ragen] model     {cfg.model.path}" + (" (tiny random)" if cfg.model.tiny else "") + f" <- {model_path}",
         precision_summary(cfg),
         f"[ragen] workers   {'ray' if tr.use_ray else 'in-process'}, world sizes {ranks}; engine {ro.engine}",
-        f"[ragen] env       {env.name} (max_turn {env.max_turn}), {ro.n_groups} groups x {ro.group_size} per step, "
-        f"validation {ro.val_n_groups} x {ro.val_group_size}",
+        f"[ragen] envs      train {_mix(env_mix.train_groups(cfg), ro.group_size)}; "
+        f"validation {_mix(env_mix.val_groups(cfg), ro.val_group_size)}",
         f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){warm}; {tr.total_steps} steps",
         f"[ragen] run dir   {tr.output_dir}" + (f"  (log: {log_path})" if log_path else ""),
     ]
     return "\n".join(lines)
+
+
+def _mix(groups: list, group_size: int) -> str:
+    return ", ".join(f"{g.env.name} {g.n_groups}x{group_size} (max_turn {g.env.max_turn})" for g in groups)
 
 
 def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any) -> Any:
@@ -196,11 +201,11 @@ def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, A
 
     from ragen.agent import AgentProxy, EnvGroupSpec
 
-    env = cfg.env
-    train = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.n_groups, cfg.rollout.group_size,
-                          env.max_turn, env.max_actions_per_turn)]
-    val = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.val_n_groups, cfg.rollout.val_group_size,
-                        env.max_turn, env.max_actions_per_turn)]
+    ro = cfg.rollout
+    train = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.group_size, g.env.max_turn,
+                          g.env.max_actions_per_turn) for g in env_mix.train_groups(cfg)]
+    val = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.val_group_size, g.env.max_turn,
+                        g.env.max_actions_per_turn) for g in env_mix.val_groups(cfg)]
     agent = cfg.agent_config()
     train_proxy = AgentProxy(engine, tokenizer, agent, train, val, seed=cfg.trainer.seed,
                              val_seed=cfg.rollout.val_seed)

@@ -76,6 +76,8 @@ class RolloutSection:
     the device computes bf16 natively, else float32; ``ragen.utils.hardware``), ``bfloat16``, ``float32`` or
     ``float16``. ``val_temperature``: sampling temperature of validation rollouts, 0 = greedy (the default:
     validation measures the policy's best guess and is never trained on), null = ``agent.temperature``.
+    ``train_envs`` / ``val_envs``: several envs in one run, entries ``{name, n_groups}`` (plus optional
+    ``max_turn``, ``max_actions_per_turn``, ``config``); empty = ``env`` alone (``ragen.trainer.env_mix``).
     """
 
     engine: str = "hf"
@@ -86,6 +88,8 @@ class RolloutSection:
     val_seed: int = 100000
     dtype: str = "auto"
     val_temperature: float | None = 0.0
+    train_envs: list[dict[str, Any]] = field(default_factory=list)
+    val_envs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -260,8 +260,16 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
 
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
-    problems = check_env(cfg) + check_algorithm(cfg) + check_credit(cfg) + check_trainer(cfg) + check_agent(cfg)
-    problems += check_warm_start(cfg)
+    from ragen.trainer.env_mix import per_env_configs
+
+    try:
+        envs = per_env_configs(cfg)
+    except ConfigError as exc:  # a rollout.train_envs / val_envs entry that names no env config
+        raise ConfigError(exc.problems + check_trainer(cfg)) from None
+    problems = check_algorithm(cfg) + check_trainer(cfg)
+    for sub in envs:  # each env of the run with its own turn limits, prompts and expert
+        problems += check_env(sub) + check_credit(sub) + check_agent(sub) + check_warm_start(sub)
+    problems = list(dict.fromkeys(problems))
     if not any("world_size" in p or "n_groups" in p for p in problems):
         problems += check_batches(cfg)
     if problems:

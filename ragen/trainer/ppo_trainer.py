@@ -2,9 +2,9 @@
 
 Per step::
 
-    rollout (agent proxy over the engine) -> rollout filtering -> old / ref log-probs -> values
-    -> advantages (ragen.algorithms) -> critic update -> actor update -> weight sync to the engine
-    -> metrics, validation, checkpoint
+    rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs -> values
+    -> advantages (ragen.algorithms) -> critic update -> actor update -> engine wake (weights) -> weight sync
+    -> engine wake (KV cache) -> metrics, validation, checkpoint
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
-from ragen.trainer import builders, phases, turn_layout
+from ragen.trainer import builders, phases, placement, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
@@ -61,11 +61,13 @@ class PPOTrainer:
         if cfg.trainer.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.model_path, self.tokenizer = builders.prepare_model(cfg)
+        pg = None
         if with_workers:
             builders.start_ray(cfg)
-            self.workers = builders.build_workers(cfg, self.model_path)
+            pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
+            self.workers = builders.build_workers(cfg, self.model_path, pg)
         tqdm.write(builders.precision_summary(cfg))
-        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
+        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
         if self.resumed_from is not None:
@@ -127,6 +129,8 @@ class PPOTrainer:
         start = time.perf_counter()
         with timed("rollout", t):
             batch = self.proxy.rollout("train")
+        with timed("engine_sleep", t):  # free the engine's memory for training (vLLM sleep mode; hf on GPU)
+            self.engine.sleep()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
         with timed("filter", t):
@@ -165,11 +169,12 @@ class PPOTrainer:
         if critic is not None:
             with timed("critic_update", t):
                 metrics.update(critic.call("update", tb))
-        if self.step >= cfg.trainer.critic_warmup:
+        updated = self.step >= cfg.trainer.critic_warmup
+        if updated:
             with timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
-            with timed("weight_sync", t):
-                self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        with timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
+            placement.wake_and_sync(self.engine, (lambda: actor.call_rank0("full_state_dict")) if updated else None)
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})

@@ -241,6 +241,17 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         return sent
 
+    def rpc(self, method: str, *args: Any) -> list[Any]:
+        """Run one of our worker-extension methods (``ragen_*``, e.g. the NCCL receive path of
+        ``vllm_nccl.sync_over_nccl``) on every engine worker; one result per worker."""
+        if not method.startswith("ragen_"):
+            raise ValueError(f"only ragen_* worker methods can be called through rpc, got {method!r}")
+        return self.llm.collective_rpc(method, args=args)
+
+    def reset_prefix_cache(self) -> None:
+        """Drop cached KV blocks (after weights changed by another path than ``update_weights``)."""
+        self.llm.reset_prefix_cache()
+
     def sleep(self) -> None:
         """Offload weights and drop the KV cache (vLLM sleep level 1); a no-op without ``enable_sleep_mode``."""
         if self.sleep_enabled:

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ragen.rollout.vllm_nccl import NcclReceiverMixin
+
 EXTENSION_CLS = "ragen.rollout.vllm_worker.WeightLoaderExtension"
 BucketItem = tuple[str, str, tuple[int, ...], Any]
 
@@ -49,7 +51,7 @@ def decode_bucket(bucket: Iterable[BucketItem]) -> Iterator[tuple[str, torch.Ten
         yield decode_item(item)
 
 
-class WeightLoaderExtension:
+class WeightLoaderExtension(NcclReceiverMixin):
     """Mixed into each vLLM worker (``self`` is the worker; ``self.model_runner`` holds the model).
 
     One update = ``ragen_begin_weight_update``, one ``ragen_load_weights`` per bucket, ``ragen_finish_weight_update``.
@@ -58,7 +60,8 @@ class WeightLoaderExtension:
     / ``finalize_layerwise_reload``, what ``Worker.reload_weights`` uses for one iterator) restores checkpoint-shaped
     parameters, processes each layer as soon as all of its weights have arrived, and lets the buckets span several
     calls. Every weight of the model must be sent (the trainer sends the full state dict). Methods are prefixed
-    ``ragen_`` so they never clash with vLLM's own worker methods (vLLM checks that).
+    ``ragen_`` so they never clash with vLLM's own worker methods (vLLM checks that). The NCCL receive path of a
+    separately placed engine comes from ``vllm_nccl.NcclReceiverMixin``.
     """
 
     model_runner: Any  # provided by the vLLM worker this class is mixed into

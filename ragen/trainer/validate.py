@@ -245,7 +245,7 @@ def check_vllm(cfg: TrainConfig) -> list[str]:
     v, out = cfg.rollout.vllm, []
     if device(cfg) != "cuda" and importlib.util.find_spec("vllm") is None:
         out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` and "
-                   "launch with PYTHON=.venv-vllm/bin/python (or use rollout.engine=hf, or trainer=gpu on GPUs)")
+                   "launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu on GPUs)")
     temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
     for key, value in temps.items():
         if value is not None and value > MAX_TEMPERATURE:

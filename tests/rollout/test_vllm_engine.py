@@ -109,7 +109,10 @@ class FakeLLM:
         return [_output([9, 2], [-0.1, -0.2], "stop") for _ in prompts]
 
     def collective_rpc(self, method, args=()):
-        self.calls.append((method, [(item[0], item[1]) for item in args[0]] if args else None))
+        if method == "ragen_load_weights":  # one bucket: record (name, dtype) of each item
+            self.calls.append((method, [(item[0], item[1]) for item in args[0]]))
+        else:
+            self.calls.append((method, args))
 
     def reset_prefix_cache(self):
         self.calls.append(("reset_prefix_cache",))
@@ -156,9 +159,9 @@ def test_engine_call_sequence_with_fake_llm(fake_vllm):
     engine.wake(("kv_cache",))
     assert sent == 2
     assert llm.calls[1:] == [
-        ("sleep", 1), ("wake_up", ["weights"]), ("ragen_begin_weight_update", None),
+        ("sleep", 1), ("wake_up", ["weights"]), ("ragen_begin_weight_update", ()),
         ("ragen_load_weights", [("w1", "bfloat16")]), ("ragen_load_weights", [("w2", "bfloat16")]),
-        ("ragen_finish_weight_update", None), ("reset_prefix_cache",), ("wake_up", ["kv_cache"]),
+        ("ragen_finish_weight_update", ()), ("reset_prefix_cache",), ("wake_up", ["kv_cache"]),
     ]
 
 
@@ -177,3 +180,52 @@ def test_engine_refuses_mismatched_platform_and_sleep_on_cpu(fake_vllm):
     engine.sleep()
     engine.wake()
     assert engine.llm.calls == []  # no sleep mode: sleep/wake are no-ops
+
+
+def test_nccl_sync_protocol_order_with_fakes():
+    """Separate placement: metadata through RPC, tensors by broadcast; receive + send of a bucket both in flight
+    before waiting, one bucket at a time, then reset of the prefix cache."""
+    from ragen.rollout.vllm_nccl import plan_buckets, sync_over_nccl
+
+    metas = [("a", "bfloat16", (4, 8)), ("b", "bfloat16", (100,)), ("c", "float32", (3,))]
+    plan = plan_buckets(metas, bucket_bytes=100)  # 64 B, 200 B (alone), 12 B
+    assert plan.buckets == ((metas[0],), (metas[1],), (metas[2],))
+    assert plan_buckets(metas, bucket_bytes=1 << 20).buckets == (tuple(metas),)
+    log = []
+
+    def engine_rpc(method, *args):
+        log.append(("engine", method, args))
+        return f"engine:{method}"
+
+    def sender_call(method, *args):
+        log.append(("sender", method, args))
+        return f"sender:{method}"
+
+    sent = sync_over_nccl(engine_rpc, sender_call, plan, wait=lambda refs: log.append(("wait", tuple(refs))),
+                          reset_prefix_cache=lambda: log.append(("reset",)))
+    assert sent == 3
+    bucket_calls = []
+    for i, m in enumerate(plan.buckets):
+        bucket_calls += [("engine", "ragen_receive_bucket", (list(m),)), ("sender", "broadcast_bucket", (i,)),
+                         ("wait", ("engine:ragen_receive_bucket", "sender:broadcast_bucket"))]
+    assert log == [("engine", "ragen_begin_weight_update", ()), ("wait", ("engine:ragen_begin_weight_update",)),
+                   *bucket_calls,
+                   ("engine", "ragen_finish_weight_update", ()), ("wait", ("engine:ragen_finish_weight_update",)),
+                   ("reset",)]
+
+
+def test_receiver_refuses_before_the_group_exists():
+    from ragen.rollout.vllm_worker import WeightLoaderExtension
+
+    with pytest.raises(RuntimeError, match="ragen_init_weight_group must run"):
+        WeightLoaderExtension().ragen_receive_bucket([("a", "float32", (1,))])
+
+
+def test_engine_rpc_only_reaches_ragen_methods(fake_vllm):
+    from ragen.rollout.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine("m", device="cuda")
+    engine.rpc("ragen_init_weight_group", "10.0.0.1", 29500, 1, 2)
+    assert engine.llm.calls == [("ragen_init_weight_group", ("10.0.0.1", 29500, 1, 2))]
+    with pytest.raises(ValueError, match="only ragen_"):
+        engine.rpc("execute_model")

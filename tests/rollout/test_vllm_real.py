@@ -111,12 +111,14 @@ def test_stop_id_and_stop_string_cut_like_the_hf_engine(engines):
 
 def teacher_forced_original(hf_engine, original, prompt, response):
     """Teacher-forced greedy log-probs under the ``original`` weights (the hf engine is put back to the new ones)."""
-    current = {k: v.clone() for k, v in hf_engine.model.state_dict().items()}
+    with torch.no_grad():
+        current = {k: v.clone() for k, v in hf_engine.model.state_dict().items() if v.ndim == 2}
     hf_engine.update_weights(original)
     try:
         return teacher_forced(hf_engine.model, prompt, response, temperature=0.0)
     finally:
         hf_engine.update_weights(current)
+        del current
 
 
 def test_update_weights_follows_new_weights_and_resets_prefix_cache(engines):
@@ -130,13 +132,16 @@ def test_update_weights_follows_new_weights_and_resets_prefix_cache(engines):
     cached = vllm_engine.generate([prompt], greedy)[0]
     assert cached.extra["num_cached_tokens"] >= block  # the second call reused the first call's KV blocks
     original = {k: v.clone() for k, v in hf_engine.model.state_dict().items()}
-    gen = torch.Generator().manual_seed(0)
-    perturbed = {k: v + 0.02 * v.std() * torch.randn(v.shape, generator=gen) if v.ndim == 2 else v
-                 for k, v in original.items()}
+
+    def perturbed():  # the same noise on every call, generated lazily (no second copy of the model in memory)
+        gen = torch.Generator().manual_seed(0)
+        for k, v in original.items():
+            yield k, (v + 0.02 * v.std() * torch.randn(v.shape, generator=gen) if v.ndim == 2 else v)
+
     try:
-        sent = vllm_engine.update_weights(perturbed)
-        assert sent == len(perturbed)
-        hf_engine.update_weights(perturbed)
+        sent = vllm_engine.update_weights(perturbed())
+        assert sent == len(original)
+        hf_engine.update_weights(perturbed())
         after = vllm_engine.generate([prompt], greedy)[0]
         assert after.extra.get("num_cached_tokens", 0) == 0  # reset_prefix_cache dropped the old weights' KV
         want = hf_engine.generate([prompt], greedy)[0]

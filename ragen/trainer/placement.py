@@ -9,8 +9,8 @@ is what separate per-role placement groups with fractional GPUs allowed). The vL
   its memory is freed during training by sleep mode (``engine_step_schedule``). Weights reach it through Ray
   from the actor's rank 0 (``full_state_dict``), in the engine's buckets (``ragen.rollout.vllm_engine``).
 - ``separate``: the last ``rollout.vllm.rollout_gpus`` bundles hold the engine alone (a whole GPU each); the
-  trainer's ranks use the first ones. Weights go over an NCCL group between the actor's rank 0 and the engine's
-  workers (``ragen.rollout.vllm_nccl``).
+  trainer's ranks use the first ones; no sleep mode. Weights go over an NCCL group between the actor's rank 0 and
+  the engine's workers (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
 
 Everything here imports Ray (and vLLM) only when called, so ``import ragen.trainer`` works on CPU machines. Tested
 through fakes that record the calls and their order (``tests/trainer/test_placement.py``).
@@ -76,7 +76,8 @@ def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str) -> dict[str, An
     on_gpu = device(cfg) == "cuda"
     return {"model": model_path, "device": device(cfg), "dtype": dtype,
             "gpu_memory_utilization": v.gpu_memory_utilization, "tensor_parallel_size": v.tensor_parallel_size,
-            "enforce_eager": v.enforce_eager, "enable_sleep_mode": v.enable_sleep_mode and on_gpu,
+            "enforce_eager": v.enforce_eager,
+            "enable_sleep_mode": v.enable_sleep_mode and on_gpu and not engine_gpus(cfg),  # own GPUs: no need
             "max_num_seqs": v.max_num_seqs, "max_model_len": cfg.agent.max_model_len, "seed": cfg.trainer.seed}
 
 
@@ -127,18 +128,41 @@ def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: A
     return RemoteEngine(actor_cls.remote(tokenizer=tokenizer, **engine_kwargs(cfg, model_path, dtype)))
 
 
-def wake_and_sync(engine: Any, weights: Callable[[], Any] | None) -> None:
+def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
     """Bring the engine back after training, with the new weights.
 
-    Each step runs: rollout -> ``engine.sleep()`` -> training phases -> ``engine.wake(("weights",))`` ->
-    ``engine.update_weights(weights())`` -> ``engine.wake(("kv_cache",))`` (``PPOTrainer.train_step``). The
-    workers' training memory is free while the engine sleeps; waking the weights first and the KV cache only after
-    the sync keeps the sync's buffers and the KV cache from being allocated at once. ``weights=None`` (no actor
-    update this step, e.g. critic warm-up) wakes everything without a sync.
+    Each step runs: rollout -> ``engine.sleep()`` -> training phases -> ``engine.wake(("weights",))`` -> ``sync()``
+    (``engine.update_weights(...)``, or ``nccl_sync`` for a separate engine) -> ``engine.wake(("kv_cache",))``
+    (``PPOTrainer.train_step``). The workers' training memory is free while the engine sleeps; waking the weights
+    first and the KV cache only after the sync keeps the sync's buffers and the KV cache from being allocated at
+    once. ``sync=None`` (no actor update this step, e.g. critic warm-up) wakes everything without a sync.
     """
-    if weights is None:
+    if sync is None:
         engine.wake(None)
         return
     engine.wake(("weights",))
-    engine.update_weights(weights())
+    sync()
     engine.wake(("kv_cache",))
+
+
+def init_nccl_sync(cfg: TrainConfig, engine: RemoteEngine, actor_group: Any, get: Callable[[Any], Any]) -> None:
+    """Separate placement: form the NCCL group of the actor's rank 0 (group rank 0) and the engine's workers
+    (1..tp). Both sides must be joining at once (the rendezvous blocks), so all calls start before any wait."""
+    world = 1 + cfg.rollout.vllm.tensor_parallel_size
+    rank0 = actor_group.workers[0]
+    host, port = get(rank0.sync_address.remote())
+    refs = [w.init_weight_sender.remote(host, port, world) for w in actor_group.workers]
+    refs.append(engine.actor.rpc.remote("ragen_init_weight_group", host, port, 1, world))
+    get(refs)
+
+
+def nccl_sync(engine: RemoteEngine, actor_group: Any, dtype: str, bucket_bytes: int,
+              get: Callable[[Any], Any]) -> int:
+    """One weight sync over the NCCL group (``ragen.rollout.vllm_nccl.sync_over_nccl``); returns tensors sent."""
+    from ragen.rollout.vllm_nccl import sync_over_nccl
+
+    plan = actor_group.call_rank0("plan_weight_buckets", dtype, bucket_bytes)  # all ranks gather
+    rank0 = actor_group.workers[0]
+    return sync_over_nccl(lambda method, *args: engine.actor.rpc.remote(method, *args),
+                          lambda method, *args: getattr(rank0, method).remote(*args), plan, wait=get,
+                          reset_prefix_cache=lambda: get(engine.actor.reset_prefix_cache.remote()))

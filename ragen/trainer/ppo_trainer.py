@@ -25,10 +25,11 @@ from tqdm import tqdm
 from ragen.algorithms.losses import kl_penalties
 from ragen.trainer import builders, phases, placement, turn_layout
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import world_size
+from ragen.trainer.derived import engine_gpus, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
@@ -47,6 +48,7 @@ class PPOTrainer:
         self.workers: dict[str, Any] = {}
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
+        self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -68,6 +70,11 @@ class PPOTrainer:
             self.workers = builders.build_workers(cfg, self.model_path, pg)
         tqdm.write(builders.precision_summary(cfg))
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
+        self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
+        if self._nccl:
+            import ray
+
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"], ray.get)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
         if self.resumed_from is not None:
@@ -174,13 +181,27 @@ class PPOTrainer:
             with timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
         with timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
-            placement.wake_and_sync(self.engine, (lambda: actor.call_rank0("full_state_dict")) if updated else None)
+            placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
+
+    def _weight_sync(self) -> None:
+        """The actor's new weights to the engine: through the engine's ``update_weights`` (in-process or Ray
+        actor), or over the NCCL group of a separately placed vLLM engine."""
+        actor = self.workers["actor"]
+        if not self._nccl:
+            self.engine.update_weights(actor.call_rank0("full_state_dict"))
+            return
+        import ray
+
+        from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
+
+        dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
+        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES, ray.get)
 
     def memory_metrics(self) -> dict[str, float]:
         """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker

@@ -126,9 +126,69 @@ class Recorder:
 
 def test_wake_and_sync_order():
     rec = Recorder(SimpleNamespace(update_weights=lambda s: None))
-    placement.wake_and_sync(rec, lambda: {"w": 1})
+    placement.wake_and_sync(rec, lambda: rec.update_weights({"w": 1}))
     placement.wake_and_sync(rec, None)
     assert rec.calls == ["wake('weights',)", "update_weights", "wake('kv_cache',)", "wake"]
+
+
+class FakeRemote:
+    """A Ray actor handle whose ``method.remote(*args)`` records the call and returns a named ref."""
+
+    def __init__(self, name, log, results=None):
+        self.name, self.log, self.results = name, log, results or {}
+
+    def __getattr__(self, method):
+        def remote(*args):
+            self.log.append((self.name, method, args))
+            return self.results.get(method, f"{self.name}.{method}")
+
+        return SimpleNamespace(remote=remote)
+
+
+def test_separate_engine_nccl_group_and_sync_with_fakes():
+    import torch
+
+    from ragen.rollout.vllm_nccl import plan_buckets
+
+    log = []
+    workers = [FakeRemote("rank0", log, {"sync_address": ("10.0.0.5", 29511)}), FakeRemote("rank1", log)]
+    plan = plan_buckets([("a", "bfloat16", (4,)), ("b", "bfloat16", (4,))], bucket_bytes=8)
+    group = SimpleNamespace(workers=workers,
+                            call_rank0=lambda method, *a: log.append(("group", method, a)) or plan)
+    engine = placement.RemoteEngine(FakeRemote("engine", log), get=lambda ref: ref)
+    get = lambda refs: log.append(("get", refs)) or refs  # noqa: E731
+    cfg = _cfg(*GPU8, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=2",
+               "rollout.vllm.tensor_parallel_size=2")
+    placement.init_nccl_sync(cfg, engine, group, get)
+    # rendezvous on rank 0's node; every rank and the engine's 2 workers (ranks 1-2 of 3) join before any wait
+    assert log == [("rank0", "sync_address", ()), ("get", ("10.0.0.5", 29511)),
+                   ("rank0", "init_weight_sender", ("10.0.0.5", 29511, 3)),
+                   ("rank1", "init_weight_sender", ("10.0.0.5", 29511, 3)),
+                   ("engine", "rpc", ("ragen_init_weight_group", "10.0.0.5", 29511, 1, 3)),
+                   ("get", ["rank0.init_weight_sender", "rank1.init_weight_sender", "engine.rpc"])]
+    log.clear()
+    assert placement.nccl_sync(engine, group, "bfloat16", 8, get) == 2
+    assert log == [("group", "plan_weight_buckets", ("bfloat16", 8)),
+                   ("engine", "rpc", ("ragen_begin_weight_update",)), ("get", ["engine.rpc"]),
+                   ("engine", "rpc", ("ragen_receive_bucket", [("a", "bfloat16", (4,))])),
+                   ("rank0", "broadcast_bucket", (0,)), ("get", ["engine.rpc", "rank0.broadcast_bucket"]),
+                   ("engine", "rpc", ("ragen_receive_bucket", [("b", "bfloat16", (4,))])),
+                   ("rank0", "broadcast_bucket", (1,)), ("get", ["engine.rpc", "rank0.broadcast_bucket"]),
+                   ("engine", "rpc", ("ragen_finish_weight_update",)), ("get", ["engine.rpc"]),
+                   ("engine", "reset_prefix_cache", ()), ("get", "engine.reset_prefix_cache")]
+    assert placement.engine_kwargs(cfg, "/m", "bfloat16")["enable_sleep_mode"] is False  # own GPUs: never sleeps
+
+    from ragen.workers.weight_broadcast import WeightBroadcaster
+
+    sent = []
+    b = WeightBroadcaster(SimpleNamespace(broadcast_bucket=lambda state, metas: sent.append([m[0] for m in metas])))
+    with pytest.raises(RuntimeError, match="plan_weight_buckets must run"):
+        b.send(0)
+    state = {"w": torch.ones(4), "v": torch.ones(4), "steps": torch.tensor([1, 2])}
+    assert b.make_plan(state, "bfloat16", 8).buckets == ((("w", "bfloat16", (4,)),), (("v", "bfloat16", (4,)),),
+                                                        (("steps", "int64", (2,)),))
+    assert [b.send(i) for i in range(3)] == [1, 1, 1] and sent == [["w"], ["v"], ["steps"]]
+    assert b.state is None  # released after the last bucket
 
 
 def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_path, monkeypatch):

@@ -8,9 +8,9 @@ model. This replaces passing a lambda to ``LLM.apply_model``, which vLLM's multi
 Wire format: a *bucket* is a list of ``(name, dtype, shape, payload)`` where ``payload`` is the tensor's raw bytes
 (``bytes``) or, in-process, the tensor itself. Plain bytes travel through vLLM's msgpack transport unchanged
 (its decoder only rebuilds tensors where a type annotation asks for one, which untyped RPC arguments lack), so the
-same code serves the multiprocess engine, the in-process one (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and a Ray actor. Names are
-transformers names (``model.layers.0.self_attn.q_proj.weight``); vLLM's ``model.load_weights`` maps them onto its
-fused layers (qkv_proj, gate_up_proj) and skips a tied ``lm_head``.
+same code serves the multiprocess engine, the in-process one (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and a Ray actor.
+Names are transformers names (``model.layers.0.self_attn.q_proj.weight``); vLLM's ``model.load_weights`` maps them
+onto its fused layers (qkv_proj, gate_up_proj) and skips a tied ``lm_head``.
 
 This module must import without vLLM (``ragen`` stays importable everywhere); it only needs torch.
 """

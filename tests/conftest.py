@@ -105,7 +105,7 @@ class FakeEngine:
     def sleep(self) -> None:
         return None
 
-    def wake(self) -> None:
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
         return None
 
 

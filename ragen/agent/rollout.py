@@ -9,7 +9,9 @@ and the next prompt says the previous answer was not understood.
 
 Failed envs (exception in the env) keep a row in the batch so shapes and group sizes stay fixed, but the
 row trains nothing: its ``response_mask`` and ``token_rewards`` are zeroed and ``turn_ids`` set to -1;
-``extra["failed"]`` (B,) bool flags them and ``env/<name>/failed`` counts them. Trainers using
+``extra["failed"]`` (B,) bool flags them and ``env/<name>/failed`` counts them. A sample the engine ends with a
+finish reason in ``DROPPED_REASONS`` (vLLM's abort / error) fails its slot the same way (``agent/engine_dropped``
+counts them); vLLM's "repetition" ends a real sample (kept; ``agent/repetition_stops``). Trainers using
 group-relative estimators may also drop the row's whole group with ``batch.select``.
 
 Rows are right-padded with ``tokenizer.pad_token_id`` (the end-of-turn id when the tokenizer has none).
@@ -31,7 +33,7 @@ from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot
 from ragen.agent.parser import parse_response
-from ragen.rollout.base import Sample, SamplingParams
+from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
 
 Responder = Callable[[list[EnvSlot], list[list[int]], SamplingParams], list[Sample]]
 
@@ -88,7 +90,8 @@ class AgentProxy:
         else:
             base, counter = self.val_seed, 0
         start = time.perf_counter()
-        stats = {"generate_s": 0.0, "truncations": 0, "overflow": 0, "cutoffs": 0, "calls": 0}
+        stats = {"generate_s": 0.0, "truncations": 0, "overflow": 0, "cutoffs": 0, "calls": 0, "dropped": 0,
+                 "repetition": 0}
         manager.reset(manager.group_seeds(base, counter))
         contexts: list[EpisodeContext | None] = [self._open(slot) for slot in manager.slots]
         for turn in range(max(slot.max_turn for slot in manager.slots)):
@@ -151,6 +154,11 @@ class AgentProxy:
         if len(samples) != len(plans):
             raise RuntimeError(f"engine returned {len(samples)} samples for {len(plans)} prompts")
         for i, plan, sample in zip(active, plans, samples, strict=True):
+            if sample.finish_reason in DROPPED_REASONS:  # no valid sample: the episode fails and trains nothing
+                stats["dropped"] += 1
+                manager.slots[i].fail("engine", RuntimeError(f"engine finished the request: {sample.finish_reason}"))
+                continue
+            stats["repetition"] += int(sample.finish_reason == "repetition")
             ids = list(sample.token_ids)[: plan.max_new_tokens]
             log_probs = list(sample.log_probs)[: plan.max_new_tokens]
             stats["cutoffs"] += int(sample.finish_reason == "length" or len(sample.token_ids) > len(ids))
@@ -209,6 +217,8 @@ class AgentProxy:
             "agent/context_truncations": float(stats["truncations"]),
             "agent/prompt_overflow": float(stats["overflow"]),
             "agent/length_cutoffs": float(stats["cutoffs"]),
+            "agent/engine_dropped": float(stats["dropped"]),
+            "agent/repetition_stops": float(stats["repetition"]),
             "agent/generate_calls": float(stats["calls"]),
             "agent/time/rollout_s": total_s,
             "agent/time/generate_s": gen,

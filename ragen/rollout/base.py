@@ -30,13 +30,23 @@ class SamplingParams:
     seed: int | None = None
 
 
+# Finish reasons whose row holds no valid sample (vLLM: the request was aborted, or failed inside the engine);
+# the agent proxy drops such rows (the slot fails and trains nothing) and counts them.
+DROPPED_REASONS = frozenset({"abort", "error"})
+
+
 @dataclass
 class Sample:
-    """One generated continuation: ids, their log-probs (same length), and why it ended."""
+    """One generated continuation: ids, their log-probs (same length), and why it ended.
+
+    ``finish_reason``: "stop" (stop string / stop id / eos, kept as the last token), "length" (token budget), and
+    from vLLM also "repetition" (its repetition detector ended a real sample), "abort" or "error" (no valid sample,
+    see ``DROPPED_REASONS``).
+    """
 
     token_ids: list[int]
     log_probs: list[float]
-    finish_reason: str  # "stop" (stop string / stop id / eos) or "length"
+    finish_reason: str
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -50,4 +60,6 @@ class Engine(Protocol):
 
     def sleep(self) -> None: ...
 
-    def wake(self) -> None: ...
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
+        """Undo ``sleep``; ``tags`` (vLLM: "weights", "kv_cache") wake only that part, None = all."""
+        ...

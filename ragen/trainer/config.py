@@ -66,6 +66,31 @@ class RefSection:
     enable: bool | None = None
 
 
+PLACEMENTS = ("colocated", "separate")
+
+
+@dataclass(frozen=True)
+class VLLMSection:
+    """``rollout.vllm``: settings of the vLLM engine (``rollout.engine=vllm``; ``ragen.rollout.vllm_engine``).
+
+    ``gpu_memory_utilization``: share of each engine GPU for weights + KV cache. ``tensor_parallel_size``: GPUs
+    per engine. ``enforce_eager``: no CUDA graphs (faster start, slower decode). ``enable_sleep_mode``: offload the
+    engine's weights and drop its KV cache while the workers train (GPU; each step runs rollout -> sleep -> train
+    -> wake weights -> weight sync -> wake KV cache). ``max_num_seqs``: sequences decoded together.
+    ``placement``: ``colocated`` (the engine shares the training GPUs, rank r of every role and the engine in
+    bundle r of one placement group) or ``separate`` (the engine gets ``rollout_gpus`` GPUs of its own, weights go
+    over an NCCL group; ``ragen.trainer.vllm_placement``).
+    """
+
+    gpu_memory_utilization: float = 0.5
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = False
+    enable_sleep_mode: bool = True
+    max_num_seqs: int = 256
+    placement: str = "colocated"
+    rollout_gpus: int = 0
+
+
 @dataclass(frozen=True)
 class RolloutSection:
     """Rollout engine and batch shape.
@@ -90,6 +115,17 @@ class RolloutSection:
     val_temperature: float | None = 0.0
     train_envs: list[dict[str, Any]] = field(default_factory=list)
     val_envs: list[dict[str, Any]] = field(default_factory=list)
+    vllm: VLLMSection = field(default_factory=VLLMSection)
+
+    def __post_init__(self) -> None:
+        """YAML gives ``vllm`` as a mapping: build the section, naming unknown keys."""
+        if isinstance(self.vllm, dict):
+            valid = {f.name for f in fields(VLLMSection)}
+            unknown = sorted(set(self.vllm) - valid)
+            if unknown:
+                raise ValueError(f"unknown key(s) {[f'rollout.vllm.{k}' for k in unknown]}; valid keys of "
+                                 f"rollout.vllm: {', '.join(sorted(valid))}")
+            object.__setattr__(self, "vllm", VLLMSection(**_coerce(VLLMSection, self.vllm)))
 
 
 @dataclass(frozen=True)
@@ -272,6 +308,8 @@ def default_section_values(name: str) -> dict[str, Any]:
             value = f.default
         else:
             value = f.default_factory()  # type: ignore[misc]
+        if dataclasses.is_dataclass(value):
+            value = dataclasses.asdict(value)
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
 

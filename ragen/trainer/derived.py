@@ -51,12 +51,24 @@ def total_gpus(cfg: TrainConfig) -> int:
     return cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
 
 
+def engine_gpus(cfg: TrainConfig) -> int:
+    """GPUs reserved for the rollout engine alone: ``rollout.vllm.rollout_gpus`` with ``placement=separate``, else
+    0 (the hf engine, and a colocated vLLM engine, share the training GPUs)."""
+    v = cfg.rollout.vllm
+    return v.rollout_gpus if cfg.rollout.engine == "vllm" and v.placement == "separate" else 0
+
+
+def training_gpus(cfg: TrainConfig) -> int:
+    """GPUs the actor / critic / reference ranks may use: all GPUs less the engine's own."""
+    return total_gpus(cfg) - engine_gpus(cfg)
+
+
 def world_size(cfg: TrainConfig, role: str) -> int:
-    """World size of ``role`` (actor / critic / ref): the configured one, else all GPUs, else 1."""
+    """World size of ``role`` (actor / critic / ref): the configured one, else all training GPUs, else 1."""
     value = getattr(cfg.trainer, f"{role}_world_size")
     if value is not None:
         return int(value)
-    return max(1, total_gpus(cfg)) if device(cfg) == "cuda" else 1
+    return max(1, training_gpus(cfg)) if device(cfg) == "cuda" else 1
 
 
 def kept_groups(cfg: TrainConfig) -> int:

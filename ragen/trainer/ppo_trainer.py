@@ -2,9 +2,10 @@
 
 Per step::
 
-    rollout (agent proxy over the engine) -> rollout filtering -> old / ref log-probs -> values
-    -> advantages (ragen.algorithms) -> critic update -> actor update -> weight sync to the engine
-    -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed after each validation)
+    rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs -> values
+    -> advantages (ragen.algorithms) -> critic update -> actor update -> engine wake (weights) -> weight sync
+    -> engine wake (KV cache) -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed
+    after each validation)
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
@@ -25,13 +26,14 @@ from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, phases, report_phase, turn_layout
+from ragen.trainer import builders, phases, placement, report_phase, turn_layout
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import world_size
+from ragen.trainer.derived import engine_gpus, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
@@ -51,6 +53,7 @@ class PPOTrainer:
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
+        self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -65,11 +68,18 @@ class PPOTrainer:
         if cfg.trainer.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         self.model_path, self.tokenizer = builders.prepare_model(cfg)
+        pg = None
         if with_workers:
             builders.start_ray(cfg)
-            self.workers = builders.build_workers(cfg, self.model_path)
+            pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
+            self.workers = builders.build_workers(cfg, self.model_path, pg)
         console.say(builders.startup_block(cfg, self.model_path, os.environ.get(console.LOG_VAR)))
-        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
+        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
+        self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
+        if self._nccl:
+            import ray
+
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"], ray.get)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
         if self.resumed_from is not None:
@@ -136,6 +146,8 @@ class PPOTrainer:
         start = time.perf_counter()
         with timed("rollout", t):
             batch = self.proxy.rollout("train")
+        with timed("engine_sleep", t):  # free the engine's memory for training (vLLM sleep mode; hf on GPU)
+            self.engine.sleep()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
         with timed("filter", t):
@@ -178,11 +190,12 @@ class PPOTrainer:
         if critic is not None:
             with timed("critic_update", t):
                 metrics.update(critic.call("update", tb))
-        if self.step >= cfg.trainer.critic_warmup:
+        updated = self.step >= cfg.trainer.critic_warmup
+        if updated:
             with timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
-            with timed("weight_sync", t):
-                self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        with timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
+            placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
@@ -191,6 +204,20 @@ class PPOTrainer:
             metrics["timing/report"], self._report_seconds = self._report_seconds, None
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
+
+    def _weight_sync(self) -> None:
+        """The actor's new weights to the engine: through the engine's ``update_weights`` (in-process or Ray
+        actor), or over the NCCL group of a separately placed vLLM engine."""
+        actor = self.workers["actor"]
+        if not self._nccl:
+            self.engine.update_weights(actor.call_rank0("full_state_dict"))
+            return
+        import ray
+
+        from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
+
+        dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
+        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES, ray.get)
 
     def memory_metrics(self) -> dict[str, float]:
         """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker

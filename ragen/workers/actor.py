@@ -10,6 +10,7 @@ each aggregated with ``loss_agg`` over the policy mask with mini-batch-global co
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -159,6 +160,30 @@ class PolicyWorker:
         other ranks (all ranks must call). For syncing rollout engines."""
         state = D.full_state_dict(self.module)
         return {k[len("lm."):]: v for k, v in state.items()}
+
+    # NCCL sync to a separately placed vLLM engine (ragen.workers.weight_broadcast; GPU only)
+    def sync_address(self) -> tuple[str, int]:
+        """(node IP, free port) where rank 0 hosts the sync group's rendezvous."""
+        from ragen.workers.weight_broadcast import free_address
+
+        return free_address()
+
+    def init_weight_sender(self, host: str, port: int, world_size: int) -> None:
+        """Rank 0 joins the sync group as its rank 0 (all ranks may call; others do nothing)."""
+        if self.rank == 0:
+            from ragen.rollout.vllm_nccl import NcclWeightSender
+            from ragen.workers.weight_broadcast import WeightBroadcaster
+
+            self._broadcaster = WeightBroadcaster(NcclWeightSender(host, port, world_size, self.device))
+
+    def plan_weight_buckets(self, dtype: str, bucket_bytes: int) -> Any:
+        """Gather the full weights (all ranks call) and plan their buckets on rank 0 (None elsewhere)."""
+        state = self.full_state_dict()
+        return self._broadcaster.make_plan(state, dtype, bucket_bytes) if self.rank == 0 else None
+
+    def broadcast_bucket(self, index: int) -> int:
+        """Rank 0: broadcast planned bucket ``index`` to the engine's workers."""
+        return self._broadcaster.send(index)
 
     def save(self, dir: str) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,

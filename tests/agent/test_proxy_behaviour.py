@@ -229,3 +229,32 @@ def test_response_prefix_is_a_prompt_token_and_parsed_with_the_response(char_tok
     assert row[first_model - len(prefix) : first_model] == prefix
     assert sum(mask[first_model - len(prefix) : first_model]) == 0  # the prefix is not trained on
     assert batch.episodes[0].turns[0].response_text == "<answer>right</answer>"
+
+
+def test_engine_aborted_rows_are_dropped_and_counted(char_tok, fake_engine):
+    """vLLM's abort / error rows hold no sample: the episode fails (trains nothing), the rest go on; a repetition
+    stop is a real, kept sample, counted apart."""
+    from ragen.rollout.base import Sample
+
+    inner = fake_engine(fixed(char_tok, "<answer>right</answer>"))
+
+    class Marking:
+        def __init__(self):
+            self.calls = inner.calls
+
+        def generate(self, prompts, sampling):
+            out = inner.generate(prompts, sampling)
+            if len(self.calls) == 1:  # first turn: row 1 aborted, row 2 errored, row 3 ended by repetition
+                out[1] = Sample([], [], "abort")
+                out[2] = Sample(out[2].token_ids[:3], out[2].log_probs[:3], "error")
+                out[3] = Sample(out[3].token_ids, out[3].log_probs, "repetition")
+            return out
+
+    cfg = AgentConfig(max_turn=2, think=False)
+    spec = EnvGroupSpec("test_line", {}, n_groups=1, group_size=4)
+    batch = AgentProxy(Marking(), char_tok, cfg, [spec], []).rollout()
+    assert [e.failed for e in batch.episodes] == [False, True, True, False]
+    assert "engine finished the request: abort" in batch.episodes[1].error
+    assert batch.metrics["agent/engine_dropped"] == 2.0 and batch.metrics["agent/repetition_stops"] == 1.0
+    assert batch.response_mask[1:3].sum() == 0 and batch.response_mask[[0, 3]].sum(1).min() > 0
+    assert [len(c[0]) for c in inner.calls] == [4, 2]  # the dropped episodes take no second turn

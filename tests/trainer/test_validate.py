@@ -1,5 +1,7 @@
 """Each validation rule has a config that triggers it, and its message names the key."""
 
+import importlib.util
+
 import pytest
 
 from ragen.trainer.compose import compose, to_train_config
@@ -38,10 +40,31 @@ CASES = [
     (["trainer.total_steps=0"], "trainer.total_steps=0 must be >= 1"),
     (["trainer.device=tpu"], "trainer.device='tpu' is unknown"),
     (["rollout.engine=sglang"], "rollout.engine='sglang' is unknown"),
-    (["rollout.engine=vllm"], "rollout.engine=vllm needs GPUs"),
+    # on CPU: fine where the CPU build of vLLM is installed (scripts/setup_vllm_env.sh), else the hint to build it
+    (["rollout.engine=vllm"], None if importlib.util.find_spec("vllm") else "needs the CPU build of vLLM"),
+    (["rollout.engine=vllm", "agent.temperature=2.5", "actor.temperature=2.5"],
+     "agent.temperature=2.5 > 2.0: vLLM refuses hotter sampling"),
+    (["rollout.engine=vllm", "rollout.val_temperature=3"], "rollout.val_temperature=3.0 > 2.0"),
+    (["rollout.engine=vllm", "rollout.vllm.gpu_memory_utilization=0"],
+     "rollout.vllm.gpu_memory_utilization=0.0 must be in (0, 1]"),
+    (["rollout.engine=vllm", "rollout.vllm.max_num_seqs=0"], "rollout.vllm.max_num_seqs=0 must be >= 1"),
+    (["rollout.engine=vllm", "rollout.vllm.placement=remote"], "rollout.vllm.placement='remote' is unknown"),
+    (["rollout.engine=vllm", "rollout.vllm.rollout_gpus=1"], "only applies to rollout.vllm.placement=separate"),
+    (["rollout.engine=vllm", "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1"],
+     "rollout.vllm.placement=separate needs GPUs"),
+    (["trainer.device=cuda", "trainer.n_gpus_per_node=2", "rollout.engine=vllm", "rollout.vllm.placement=separate",
+      "rollout.vllm.rollout_gpus=2"], "rollout.vllm.rollout_gpus=2 leaves no GPU for training out of 2"),
+    (["trainer.device=cuda", "trainer.n_gpus_per_node=4", "rollout.engine=vllm", "rollout.vllm.placement=separate",
+      "rollout.vllm.rollout_gpus=3", "rollout.vllm.tensor_parallel_size=2"],
+     "rollout.vllm.rollout_gpus=3 must be a positive multiple of rollout.vllm.tensor_parallel_size=2"),
+    (["trainer.device=cuda", "trainer.n_gpus_per_node=8", "rollout.engine=vllm", "rollout.vllm.placement=separate",
+      "rollout.vllm.rollout_gpus=1", "trainer.actor_world_size=8"],
+     "trainer.actor_world_size=8 exceeds the 7 training"),
+    (["trainer.device=cuda", "trainer.n_gpus_per_node=2", "rollout.engine=vllm",
+      "rollout.vllm.tensor_parallel_size=4"], "rollout.vllm.tensor_parallel_size=4 exceeds trainer.n_gpus_per_node=2"),
     (["trainer.device=cuda"], "trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0"),
     (["trainer.device=cuda", "trainer.n_gpus_per_node=1", "trainer.actor_world_size=2"],
-     "trainer.actor_world_size=2 exceeds the 1 GPUs"),
+     "trainer.actor_world_size=2 exceeds the 1 training GPUs"),
     (["trainer.critic_warmup=-1"], "trainer.critic_warmup=-1 must be >= 0"),
     (["algorithm=grpo", "trainer.critic_warmup=2"], "trainer.critic_warmup=2 needs a critic"),
     (["trainer.loggers=[console,tensorboard]"], "trainer.loggers has unknown logger 'tensorboard'"),
@@ -168,3 +191,14 @@ def test_worker_total_steps_derived_from_trainer_steps():
     turn = to_train_config(compose("base", _with_pinned(["agent.layout=turn", "env=frozen_lake"])))
     # turn layout: at most 16 episodes x 5 turns = 80 rows -> 10 mini-batches per trainer step (an upper bound)
     assert actor_worker_config(turn).total_steps == 20 * 10
+
+
+def test_unknown_vllm_key_is_named():
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['rollout.vllm.bogus'\]; valid keys of rollout.vllm"):
+        to_train_config(compose("base", ["+rollout.vllm.bogus=1"]))
+
+
+def test_vllm_section_reaches_the_frozen_config():
+    cfg = to_train_config(compose("base", ["rollout.vllm.gpu_memory_utilization=0.7", "rollout.vllm.max_num_seqs=32"]))
+    assert (cfg.rollout.vllm.gpu_memory_utilization, cfg.rollout.vllm.max_num_seqs) == (0.7, 32)
+    assert cfg.rollout.vllm.placement == "colocated" and cfg.rollout.vllm.enable_sleep_mode is True

@@ -1,0 +1,168 @@
+"""GPU placement of the worker ranks and the rollout engine, and the engine's memory schedule within a step.
+
+One shared Ray placement group holds one ``{"GPU": 1, "CPU": k}`` bundle per GPU. Rank r of every role (actor,
+critic, reference) goes into bundle r, each asking for a fraction of that bundle's GPU (``GPU_SHARE``), so two
+ranks of one role can never land on the same GPU (NCCL refuses a communicator with two ranks on one device, which
+is what separate per-role placement groups with fractional GPUs allowed). The vLLM engine is a Ray actor:
+
+- ``colocated`` (default): in bundle 0 beside rank 0 of every role, with the share left over (``ENGINE_SHARE``);
+  its memory is freed during training by sleep mode (``engine_step_schedule``). Weights reach it through Ray
+  from the actor's rank 0 (``full_state_dict``), in the engine's buckets (``ragen.rollout.vllm_engine``).
+- ``separate``: the last ``rollout.vllm.rollout_gpus`` bundles hold the engine alone (a whole GPU each); the
+  trainer's ranks use the first ones; no sleep mode. Weights go over an NCCL group between the actor's rank 0 and
+  the engine's workers (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
+
+Everything here imports Ray (and vLLM) only when called, so ``import ragen.trainer`` works on CPU machines. Tested
+through fakes that record the calls and their order (``tests/trainer/test_placement.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ragen.trainer.config import TrainConfig
+from ragen.trainer.derived import device, engine_gpus, total_gpus, training_gpus
+
+# Share of one GPU each role's rank asks Ray for in its bundle; the engine takes what is left in bundle 0.
+GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
+ENGINE_SHARE = round(1.0 - sum(GPU_SHARE.values()), 6)
+
+
+def gpu_bundles(n_gpus: int, cpus_per_gpu: float) -> list[dict[str, float]]:
+    """One ``{"GPU": 1, "CPU": cpus_per_gpu}`` bundle per GPU (bundle index = GPU index = rank)."""
+    if n_gpus < 1:
+        raise ValueError(f"need at least one GPU for a GPU placement group, got {n_gpus}")
+    return [{"GPU": 1.0, "CPU": float(cpus_per_gpu)} for _ in range(n_gpus)]
+
+
+def shared_placement_group(cfg: TrainConfig, make_pg: Callable[..., Any] | None = None) -> Any:
+    """The run's shared placement group on GPUs (None on CPU or without Ray: each group makes its own).
+
+    ``make_pg(bundles, strategy=...)`` defaults to ``ray.util.placement_group``; the group is ready on return.
+    PACK: bundles of one node stay together; with several nodes Ray spreads the rest.
+    """
+    if device(cfg) != "cuda" or not cfg.trainer.use_ray:
+        return None
+    if make_pg is None:
+        from ray.util.placement_group import placement_group as make_pg
+    cpus = cfg.trainer.cpus_per_worker * (1 + sum(1 for r in ("critic", "ref") if _role_enabled(cfg, r)))
+    pg = make_pg(gpu_bundles(total_gpus(cfg), cpus + 1), strategy="PACK")
+    ready = getattr(pg, "ready", None)
+    if ready is not None:
+        import ray
+
+        ray.get(ready())
+    return pg
+
+
+def _role_enabled(cfg: TrainConfig, role: str) -> bool:
+    from ragen.trainer.derived import needs_critic, needs_ref
+
+    return needs_critic(cfg) if role == "critic" else needs_ref(cfg)
+
+
+def engine_bundle(cfg: TrainConfig) -> tuple[int, float]:
+    """(bundle index, GPU share) of the engine actor: colocated -> (0, ENGINE_SHARE); separate -> the first
+    bundle after the training GPUs, a whole GPU."""
+    if engine_gpus(cfg):
+        return training_gpus(cfg), 1.0
+    return 0, ENGINE_SHARE
+
+
+def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str) -> dict[str, Any]:
+    """``VLLMEngine`` keyword arguments from ``rollout.vllm`` (sleep mode only on GPU, where it exists)."""
+    v = cfg.rollout.vllm
+    on_gpu = device(cfg) == "cuda"
+    return {"model": model_path, "device": device(cfg), "dtype": dtype,
+            "gpu_memory_utilization": v.gpu_memory_utilization, "tensor_parallel_size": v.tensor_parallel_size,
+            "enforce_eager": v.enforce_eager,
+            "enable_sleep_mode": v.enable_sleep_mode and on_gpu and not engine_gpus(cfg),  # own GPUs: no need
+            "max_num_seqs": v.max_num_seqs, "max_model_len": cfg.agent.max_model_len, "seed": cfg.trainer.seed}
+
+
+class RemoteEngine:
+    """The ``Engine`` protocol over a Ray actor that holds the engine (every call waits for its result)."""
+
+    def __init__(self, actor: Any, get: Callable[[Any], Any] | None = None):
+        self.actor = actor
+        if get is None:
+            import ray
+
+            get = ray.get
+        self._get = get
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: Any) -> list[Any]:
+        return self._get(self.actor.generate.remote(prompt_token_ids, sampling))
+
+    def update_weights(self, state_dict: Any) -> Any:
+        return self._get(self.actor.update_weights.remote(state_dict))
+
+    def sleep(self) -> None:
+        self._get(self.actor.sleep.remote())
+
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
+        self._get(self.actor.wake.remote(tags))
+
+
+def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: Any, model_path: str, dtype: str,
+                       remote: Callable[..., Any] | None = None) -> RemoteEngine:
+    """Start ``engine_cls`` (``VLLMEngine``) as a Ray actor in its bundle of the shared placement group.
+
+    The actor runs vLLM's engine core inside itself (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the actor already is a
+    separate process, and ``collective_rpc`` then hands weight buckets to the worker without another hop (tensor
+    parallel size 1; larger sizes start vLLM's own worker processes from the actor).
+    """
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if remote is None:
+        import ray
+
+        remote = ray.remote
+    index, share = engine_bundle(cfg)
+    strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=index)
+    actor_cls = remote(engine_cls).options(
+        num_gpus=share, num_cpus=1, scheduling_strategy=strategy,
+        runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
+    )
+    return RemoteEngine(actor_cls.remote(tokenizer=tokenizer, **engine_kwargs(cfg, model_path, dtype)))
+
+
+def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
+    """Bring the engine back after training, with the new weights.
+
+    Each step runs: rollout -> ``engine.sleep()`` -> training phases -> ``engine.wake(("weights",))`` -> ``sync()``
+    (``engine.update_weights(...)``, or ``nccl_sync`` for a separate engine) -> ``engine.wake(("kv_cache",))``
+    (``PPOTrainer.train_step``). The workers' training memory is free while the engine sleeps; waking the weights
+    first and the KV cache only after the sync keeps the sync's buffers and the KV cache from being allocated at
+    once. ``sync=None`` (no actor update this step, e.g. critic warm-up) wakes everything without a sync.
+    """
+    if sync is None:
+        engine.wake(None)
+        return
+    engine.wake(("weights",))
+    sync()
+    engine.wake(("kv_cache",))
+
+
+def init_nccl_sync(cfg: TrainConfig, engine: RemoteEngine, actor_group: Any, get: Callable[[Any], Any]) -> None:
+    """Separate placement: form the NCCL group of the actor's rank 0 (group rank 0) and the engine's workers
+    (1..tp). Both sides must be joining at once (the rendezvous blocks), so all calls start before any wait."""
+    world = 1 + cfg.rollout.vllm.tensor_parallel_size
+    rank0 = actor_group.workers[0]
+    host, port = get(rank0.sync_address.remote())
+    refs = [w.init_weight_sender.remote(host, port, world) for w in actor_group.workers]
+    refs.append(engine.actor.rpc.remote("ragen_init_weight_group", host, port, 1, world))
+    get(refs)
+
+
+def nccl_sync(engine: RemoteEngine, actor_group: Any, dtype: str, bucket_bytes: int,
+              get: Callable[[Any], Any]) -> int:
+    """One weight sync over the NCCL group (``ragen.rollout.vllm_nccl.sync_over_nccl``); returns tensors sent."""
+    from ragen.rollout.vllm_nccl import sync_over_nccl
+
+    plan = actor_group.call_rank0("plan_weight_buckets", dtype, bucket_bytes)  # all ranks gather
+    rank0 = actor_group.workers[0]
+    return sync_over_nccl(lambda method, *args: engine.actor.rpc.remote(method, *args),
+                          lambda method, *args: getattr(rank0, method).remote(*args), plan, wait=get,
+                          reset_prefix_cache=lambda: get(engine.actor.reset_prefix_cache.remote()))

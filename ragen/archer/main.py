@@ -35,9 +35,9 @@ def validate_archer(cfg: TrainConfig) -> None:
 def run(cfg: TrainConfig) -> dict[str, float]:
     """Validate, set up, train, shut down (Ray too when this call started it)."""
     validate_archer(cfg)
-    from ragen.archer.trainer import ArcherTrainer
-
     import ray
+
+    from ragen.archer.trainer import ArcherTrainer
 
     started_ray = not ray.is_initialized()
     trainer = ArcherTrainer(cfg)

@@ -89,8 +89,9 @@ class ArcherTrainer:
         self.model_path, self.tokenizer = builders.prepare_model(cfg)
         builders.start_ray(cfg)
         wt = builders.worker_threads(cfg)
-        self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor", model_name_or_path=self.model_path,
-                                                    cfg=actor_worker_config(cfg), role="actor", num_threads=wt)
+        self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
+                                                    model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
+                                                    role="actor", num_threads=wt)
         self.workers["critic"] = make_critic_group(cfg, wt) if cfg.archer.uses_critic else None
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
@@ -139,7 +140,7 @@ class ArcherTrainer:
 
     def train_step(self) -> dict[str, float]:
         """One iteration (see the module docstring); returns its metrics."""
-        cfg, a, t = self.cfg, self.cfg.archer, {}
+        a, t = self.cfg.archer, {}
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         with timed("rollout", t):

@@ -103,3 +103,24 @@ def test_bad_archer_config_names_the_key():
     proc = subprocess.run([sys.executable, "-m", "ragen.archer", "archer.algorithm=dqn"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "archer.algorithm='dqn' is unknown" in proc.stderr
+
+
+ARCHER_CONFIGS = sorted(p.stem for p in (ROOT / "config").glob("*.yaml")
+                        if p.stem.startswith(("archer_", "chai_", "filtered_bc_")))
+
+
+@pytest.mark.parametrize("name", ARCHER_CONFIGS)
+def test_archer_configs_validate(name):
+    from ragen.archer.main import validate_archer
+
+    extra = ["env.config.game_path=/games/detective.z5"] if "text_adventure" in name else []
+    cfg = load_train_config(name, extra)
+    validate_archer(cfg)
+    assert cfg.agent.layout == "turn"
+    expected = "chai" if name.startswith("chai") else "filtered_bc" if name.startswith("filtered_bc") else "archer"
+    assert cfg.archer.algorithm == expected
+    if name.endswith("_paper"):
+        a = cfg.archer
+        assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,
+                                                                                                 0.1, 0.95)
+        assert cfg.rollout.n_groups * cfg.rollout.group_size == 128

@@ -122,7 +122,7 @@ class ArcherTrainer:
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
             metrics = self.train_step()
-            metrics.update({f"memory/driver_{k}": v for k, v in memory_stats().items()})
+            metrics.update(self.memory_metrics())
             self.step += 1
             self._rng_after_step = get_rng_state()
             final = self.step == tr.total_steps
@@ -161,6 +161,15 @@ class ArcherTrainer:
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = time.perf_counter() - start
         return metrics
+
+    def memory_metrics(self) -> dict[str, float]:
+        """``memory/<process>_rss_gb`` / ``_peak_gb`` of the driver (engine) and of each worker group."""
+        out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
+        if self.cfg.trainer.use_ray:
+            for role, group in self.workers.items():
+                if group is not None:
+                    out.update({f"memory/{role}_{k}": v for k, v in group.call("memory_stats").items()})
+        return out
 
     # ------------------------------------------------------------------ phases
     def _decode(self, ids: list[int]) -> str:

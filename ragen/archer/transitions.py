@@ -17,7 +17,7 @@ from ragen.archer.buffer import Transition
 from ragen.workers.data import TrainBatch
 
 
-def _split_row(ids: torch.Tensor, attn: torch.Tensor, resp: torch.Tensor) -> tuple[list[int], list[int]] | None:
+def _split_row(ids: torch.Tensor, resp: torch.Tensor) -> tuple[list[int], list[int]] | None:
     """(prompt ids, response ids) of one turn row, or None when the row has no model token."""
     pos = resp.nonzero().flatten()
     if len(pos) == 0:
@@ -44,7 +44,7 @@ def transitions_from_batch(batch: RolloutBatch, decode: Callable[[list[int]], st
         first_row.setdefault(e, i)
         if k < 0 or failed[i]:
             continue
-        split = _split_row(batch.input_ids[i], batch.attention_mask[i], batch.response_mask[i])
+        split = _split_row(batch.input_ids[i], batch.response_mask[i])
         if split is not None:
             rows.setdefault(e, {})[k] = split
     out: list[Transition] = []

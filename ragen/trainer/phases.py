@@ -14,6 +14,7 @@ import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
 
 
@@ -203,5 +204,5 @@ def write_jsonl(path: str | Path, records: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for rec in records:
-            fh.write(json.dumps(rec) + "\n")
+            fh.write(json.dumps(redact(rec)) + "\n")
     return path

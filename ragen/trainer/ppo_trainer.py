@@ -30,6 +30,7 @@ from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
+from ragen.utils.redaction import redact, redact_text
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import Tracker
@@ -53,7 +54,7 @@ class PPOTrainer:
         """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        (self.run_dir / "config.json").write_text(json.dumps(redact(cfg.to_dict()), indent=2, default=str))
         seed_everything(cfg.trainer.seed)
         threads = builders.driver_threads(cfg)
         if threads:
@@ -72,7 +73,8 @@ class PPOTrainer:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
         self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
-                               experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
+                               experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()),
+                               append=True)
 
     def shutdown(self) -> None:
         for group in self.workers.values():
@@ -229,7 +231,7 @@ class PPOTrainer:
         from ragen.utils.plotting import plot_learning_curves
 
         return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
-                                    title=self.cfg.trainer.experiment_name)
+                                    title=redact_text(self.cfg.trainer.experiment_name))
 
     def save_checkpoint(self) -> Path:
         """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``."""

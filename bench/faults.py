@@ -1,6 +1,7 @@
 """Fault-injection figures (issue 13): kill -9 during checkpoint writes, and model-garbage fuzz counts.
 
     python bench/faults.py                      # 40 kills spread over checkpoint writes + garbage fuzz counts
+    python bench/faults.py --kills 0 --garbage 10000    # only the fuzz counts
     python bench/faults.py --kills 100 --seed 3 --skip-garbage
 
 **Checkpoint kills.** A forked child process trains a tiny transformers model (Llama, 2 layers) with AdamW and
@@ -238,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-garbage", action="store_true", help="only the checkpoint kills")
     ap.add_argument("--garbage", type=int, default=10_000, help="fuzzed responses per parser")
     args = ap.parse_args(argv)
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
+        if args.kills <= 0:
+            return 0 if garbage_report(args.garbage, args.seed) else 1
         root = Path(args.out or tmp) / "checkpoints"
         t0 = time.perf_counter()
         rep = run_kills(root, args.kills, args.seed)
@@ -249,11 +253,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  FAILED {line}")
     ok = rep.resumed == rep.tried
     if not args.skip_garbage:
-        from ragen.utils.fuzz import garbage_report
-
-        for line in garbage_report(args.garbage, seed=args.seed):
-            print(line)
+        ok = garbage_report(args.garbage, args.seed) and ok
     return 0 if ok else 1
+
+
+def garbage_report(n: int, seed: int) -> bool:
+    """Print fuzz counts: ``n`` garbage responses through the parser (think on and off) and through each env of
+    ``config/env`` (text_adventure needs a game file and is covered by the tests' fake game). True when clean."""
+    from omegaconf import OmegaConf
+
+    import ragen.env as E
+    from ragen.agent.garbage import fuzz_env, fuzz_parser
+
+    clean = True
+    for think in (True, False):
+        t0 = time.perf_counter()
+        rep = fuzz_parser(n, seed, think=think)
+        clean &= not rep.failures
+        print(f"parser think={think}: {rep.responses} responses, {rep.format_ok} well-formed, "
+              f"{len(rep.failures)} failures ({time.perf_counter() - t0:.1f} s)")
+    for f in sorted((Path(__file__).resolve().parents[1] / "config" / "env").glob("*.yaml")):
+        cfg = OmegaConf.load(f)
+        if cfg.name == "text_adventure":
+            continue
+        t0 = time.perf_counter()
+        rep = fuzz_env(E.make(cfg.name, **OmegaConf.to_container(cfg.config)), n, seed)
+        clean &= not rep.failures
+        print(f"env {cfg.name}: {rep.responses} responses, {rep.steps} steps ({rep.valid_actions} valid actions, "
+              f"{rep.resets} episodes), {len(rep.failures)} failures ({time.perf_counter() - t0:.1f} s)")
+        for line in rep.failures[:3]:
+            print(f"  FAILED {line[:200]}")
+    return clean
 
 
 if __name__ == "__main__":

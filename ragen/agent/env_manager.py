@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ragen.agent.batch import EpisodeRecord
 from ragen.agent.config import AgentConfig, EnvGroupSpec
+from ragen.agent.parser import clean_text
 from ragen.env import make
 from ragen.env.base import Env
 
@@ -137,7 +138,7 @@ class EnvManager:
         for action in actions:
             try:
                 assert slot.env is not None
-                res = slot.env.step(action)
+                res = slot.env.step(clean_text(action))
                 reward = float(res.reward)
             except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
                 slot.fail("step", exc)

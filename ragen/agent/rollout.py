@@ -30,7 +30,7 @@ from ragen.agent.collate import build_batch
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot
-from ragen.agent.parser import parse_response
+from ragen.agent.parser import clean_text, parse_response
 from ragen.rollout.base import Sample, SamplingParams
 
 Responder = Callable[[list[EnvSlot], list[list[int]], SamplingParams], list[Sample]]
@@ -162,7 +162,7 @@ class AgentProxy:
     def _act(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> None:
         """Parse the response, step the env, record the turn, and add the next user message if any."""
         cfg = self.cfg
-        text = self.fmt.response_prefix + self.fmt.decode(ids)
+        text = clean_text(self.fmt.response_prefix + self.fmt.decode(ids))
         parsed = parse_response(
             text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
         )

@@ -192,6 +192,8 @@ class TrainerSection:
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
+    inputs or gradients (``ragen.trainer.numerics``; 0 = never stop).
     """
 
     total_steps: int = 20
@@ -219,6 +221,12 @@ class TrainerSection:
     seed: int = 42
     deterministic: bool = False
     progress_bar: bool = True
+    max_consecutive_skips: int = 3
+
+    def __post_init__(self) -> None:
+        if self.max_consecutive_skips < 0:
+            raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
+                             f"{self.max_consecutive_skips}")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
-from ragen.trainer import builders, phases, turn_layout
+from ragen.trainer import builders, numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
@@ -48,6 +48,7 @@ class PPOTrainer:
         self.workers: dict[str, Any] = {}
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -164,14 +165,18 @@ class PPOTrainer:
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values)
-        if critic is not None:
+        bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
+        if bad:
+            metrics.update(numerics.skip_metrics(bad))
+        if critic is not None and not bad:
             with timed("critic_update", t):
                 metrics.update(critic.call("update", tb))
-        if self.step >= cfg.trainer.critic_warmup:
+        if self.step >= cfg.trainer.critic_warmup and not bad:
             with timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
             with timed("weight_sync", t):
                 self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})

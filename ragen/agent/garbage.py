@@ -12,7 +12,6 @@ observation, a finite float reward, a bool ``done`` and the required info keys, 
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragen.agent.parser import clean_text, parse_response
-from ragen.env.base import REQUIRED_INFO_KEYS, StepResult
+from ragen.env.base import REQUIRED_INFO_KEYS, step_result_problem
 
 KINDS = ("bytes", "huge", "tags", "unicode", "numbers", "injection", "mangled_action", "wrapped", "empty")
 TAGS = ("<think>", "</think>", "<answer>", "</answer>", "<answer", "answer>", "<<answer>>", "</answer></answer>",
@@ -111,15 +110,11 @@ def fuzz_parser(n: int, seed: int = 0, *, think: bool = True, action_sep: str = 
 
 
 def check_step_result(res: Any) -> str | None:
-    """Why ``res`` breaks the env protocol (None when it does not)."""
-    if not isinstance(res, StepResult):
-        return f"step returned {type(res).__name__}, not StepResult"
-    if not isinstance(res.observation, str):
-        return f"observation is {type(res.observation).__name__}"
-    if not isinstance(res.reward, int | float) or not math.isfinite(float(res.reward)):
-        return f"reward {res.reward!r} is not a finite number"
-    if not isinstance(res.done, bool):
-        return f"done is {type(res.done).__name__}"
+    """Why ``res`` breaks the env protocol (None when it does not): ``step_result_problem`` plus the info keys
+    every env must report."""
+    problem = step_result_problem(res)
+    if problem is not None:
+        return problem
     missing = [k for k in REQUIRED_INFO_KEYS if k not in res.info]
     return f"info lacks {missing}" if missing else None
 

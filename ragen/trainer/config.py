@@ -107,6 +107,7 @@ class AgentSection:
     system_prompt: str | None = None
     response_prefix: str = ""
     stop_at_answer: bool = True
+    env_step_timeout: float | None = 60.0
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,9 @@ def test_protocol_check_catches_breaks():
     assert check_step_result(ok) is None
     assert "finite" in check_step_result(StepResult("obs", float("nan"), False, {}))
     assert "observation" in check_step_result(StepResult(None, 0.0, False, {}))
-    assert "done" in check_step_result(StepResult("o", 0.0, 1, {}))
+    assert "done" in check_step_result(StepResult("o", 0.0, "yes", {}))
+    assert check_step_result(StepResult("o", 1, 1, {})) is None  # ints and numpy-like 0/1 done flags are fine
+    assert "finite" in check_step_result(StepResult("o", "1.0", False, {}))
     assert "StepResult" in check_step_result(("o", 0.0, False, {}))
 
 

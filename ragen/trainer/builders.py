@@ -91,7 +91,8 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kw
     resources: dict[str, float] = {"CPU": train_cfg.trainer.cpus_per_worker}
     if device(train_cfg) == "cuda":
         resources["GPU"] = GPU_SHARE[role]
-    return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, **init_kwargs)
+    return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, role=role,
+                       call_timeout_s=train_cfg.trainer.worker_call_timeout_s, **init_kwargs)
 
 
 def build_workers(cfg: TrainConfig, model_path: str) -> dict[str, Any]:

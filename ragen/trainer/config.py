@@ -195,7 +195,8 @@ class TrainerSection:
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
     ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
-    inputs or gradients (``ragen.trainer.numerics``; 0 = never stop).
+    inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
+    a Ray worker group may take before the run stops naming the worker and phase (null = no limit).
     """
 
     total_steps: int = 20
@@ -224,11 +225,15 @@ class TrainerSection:
     deterministic: bool = False
     progress_bar: bool = True
     max_consecutive_skips: int = 3
+    worker_call_timeout_s: float | None = 3600.0
 
     def __post_init__(self) -> None:
         if self.max_consecutive_skips < 0:
             raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
                              f"{self.max_consecutive_skips}")
+        if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
+            raise ValueError(f"trainer.worker_call_timeout_s must be > 0 seconds or null (no limit), got "
+                             f"{self.worker_call_timeout_s}")
 
 
 @dataclass(frozen=True)

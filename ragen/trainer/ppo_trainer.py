@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,13 @@ from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
-from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.checkpoint import latest_checkpoint, resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.redaction import redact, redact_text
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import Tracker
+from ragen.workers.group import WorkerFailure
 
 
 class PPOTrainer:
@@ -49,6 +52,7 @@ class PPOTrainer:
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.phase = "setup"  # the running phase, named when a worker fails
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -105,7 +109,7 @@ class PPOTrainer:
         bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step",
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
-            metrics = self.train_step()
+            metrics = self._guarded(self.train_step)
             metrics.update(self.memory_metrics())
             self.step += 1
             self._rng_after_step = get_rng_state()
@@ -114,7 +118,7 @@ class PPOTrainer:
                 metrics.update(self.validate())
             self._log(metrics, self.step)
             if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
-                self.save_checkpoint()
+                self._guarded(self.save_checkpoint)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
             last = metrics
@@ -128,32 +132,32 @@ class PPOTrainer:
         actor, critic, ref = self.workers["actor"], self.workers.get("critic"), self.workers.get("ref")
         metrics: dict[str, float] = {}
         start = time.perf_counter()
-        with timed("rollout", t):
+        with self._timed("rollout", t):
             batch = self.proxy.rollout("train")
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
         errors = phases.failed_episode_records(batch, self.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
             phases.append_jsonl(self.run_dir / "env_errors.jsonl", errors)
-        with timed("filter", t):
+        with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
         tb = phases.to_train_batch(batch)
         n_real = tb.batch_size
         if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
             tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
-        with timed("old_log_probs", t):
+        with self._timed("old_log_probs", t):
             old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
         ref_lp = None
         if ref is not None:
-            with timed("ref_log_probs", t):
+            with self._timed("ref_log_probs", t):
                 ref_lp = ref.call("compute_log_probs", tb)
         values = last_values = None
         if critic is not None:
-            with timed("values", t):
+            with self._timed("values", t):
                 values, last_values = critic.call("compute_values", tb)
-        with timed("advantages", t):
+        with self._timed("advantages", t):
             penalties = None
             if cfg.algorithm.kl_in_reward:
                 penalties, kl_metrics = kl_penalties(old_lp[:n_real], ref_lp[:n_real], batch.response_mask,
@@ -172,12 +176,12 @@ class PPOTrainer:
         if bad:
             metrics.update(numerics.skip_metrics(bad))
         if critic is not None and not bad:
-            with timed("critic_update", t):
+            with self._timed("critic_update", t):
                 metrics.update(critic.call("update", tb))
         if self.step >= cfg.trainer.critic_warmup and not bad:
-            with timed("actor_update", t):
+            with self._timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
-            with timed("weight_sync", t):
+            with self._timed("weight_sync", t):
                 self.engine.update_weights(actor.call_rank0("full_state_dict"))
         self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
@@ -186,6 +190,24 @@ class PPOTrainer:
         metrics["timing/step"] = step_s
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
+
+    @contextmanager
+    def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:
+        """``timed`` that also records the running phase (named by :meth:`_guarded` when a worker fails)."""
+        self.phase = name
+        with timed(name, timings):
+            yield
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Run one step; a dead or hung worker (``WorkerFailure``) stops the run naming the step, the phase and the
+        checkpoint to resume from (the last complete one: an interrupted save never counts)."""
+        try:
+            return fn()
+        except WorkerFailure as exc:
+            last = latest_checkpoint(self.ckpt_root)
+            step = self.step if self.phase == "checkpoint" else self.step + 1
+            raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
+                                f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
 
     def memory_metrics(self) -> dict[str, float]:
         """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
@@ -243,6 +265,7 @@ class PPOTrainer:
 
     def save_checkpoint(self) -> Path:
         """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``."""
+        self.phase = "checkpoint"
 
         def write(tmp: Path) -> None:
             self.workers["actor"].call("save", dir=str(tmp / "actor"))

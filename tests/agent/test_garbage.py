@@ -121,3 +121,17 @@ def test_lone_surrogates_are_replaced_at_the_agent_boundary():
     assert clean_text("a\udca0\ud800b") == "a\ufffd\ufffdb"
     assert clean_text("ok é 😀") == "ok é 😀"
     assert parse_response("<answer>x\udcff || y</answer>", think=False).actions == ["x\ufffd", "y"]
+
+
+def test_static_qa_number_bomb_found_by_the_fuzz():
+    """bench/faults.py found it: spaces are dropped and ``\\d`` matched Arabic-Indic digits, so
+    ``"3.4028235e38 18446744073709551616 ٣"`` became a 22-digit exponent and ``Fraction`` never returned."""
+    import time
+
+    from ragen.env.static_qa import parse_number
+
+    t0 = time.perf_counter()
+    assert parse_number("3.4028235e38 18446744073709551616 ٣") is None
+    assert parse_number("1e999") is not None and parse_number("1e1000") is None
+    assert parse_number("٣") is None and parse_number("2.5e-3") * 400 == 1
+    assert time.perf_counter() - t0 < 1.0

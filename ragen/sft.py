@@ -29,7 +29,7 @@ def sft_config(cfg: TrainConfig) -> TrainConfig:
 
 @hydra.main(config_path=str(config_dir()), config_name="base", version_base="1.3")
 def main(cfg) -> None:
-    from ragen.trainer.main import run
+    from ragen.trainer.main import run_cli
     from ragen.trainer.validate import validate
 
     try:
@@ -38,9 +38,7 @@ def main(cfg) -> None:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
-    metrics = run(train_cfg)
-    keys = [k for k in sorted(metrics) if k.startswith("val/env/")]
-    print("[ragen] warm start done:", ", ".join(f"{k}={metrics[k]:.4g}" for k in keys))
+    run_cli(train_cfg, label="warm start done")
 
 
 if __name__ == "__main__":

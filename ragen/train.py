@@ -16,7 +16,7 @@ from ragen.trainer.config import ConfigError
 
 @hydra.main(config_path=str(config_dir()), config_name="base", version_base="1.3")
 def main(cfg) -> None:
-    from ragen.trainer.main import run
+    from ragen.trainer.main import run_cli
 
     try:
         train_cfg = to_train_config(cfg)
@@ -26,9 +26,7 @@ def main(cfg) -> None:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
-    metrics = run(train_cfg)
-    keys = [k for k in sorted(metrics) if k.startswith(("val/env/", "reward/"))]
-    print("[ragen] done:", ", ".join(f"{k}={metrics[k]:.4g}" for k in keys))
+    run_cli(train_cfg)
 
 
 if __name__ == "__main__":

@@ -150,8 +150,13 @@ class EnvManager:
         self.num_groups = group
 
     def group_seeds(self, base: int, counter: int) -> list[int]:
-        """Seed of each global group for rollout number ``counter`` (0 for validation)."""
-        return [base + counter * self.num_groups + g for g in range(self.num_groups)]
+        """Seed of each global group for rollout number ``counter`` (0 for validation).
+
+        Per spec: its group g gets ``base + counter * spec.n_groups + g``, so an env plays the same seeds whatever
+        other envs share the batch (validation: ``base + g``, the seeds ``ragen.eval`` plays). Two specs of the
+        same env therefore replay the same seeds; the trainer gives each env one spec.
+        """
+        return [base + counter * spec.n_groups + g for spec in self.specs for g in range(spec.n_groups)]
 
     def reset(self, seeds: list[int]) -> None:
         """Start a new episode in every slot (slot seed = its group's seed); failures are isolated."""

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ragen.trainer import env_mix
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import (
     actor_worker_config,
@@ -15,6 +16,7 @@ from ragen.trainer.derived import (
     needs_ref,
     world_size,
 )
+from ragen.utils.console import LOG_VAR
 from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
 from ragen.utils.process import ENV_VAR as NICE_VAR
 from ragen.utils.process import niceness
@@ -69,13 +71,16 @@ def start_ray(cfg: TrainConfig) -> None:
         env_vars[ENV_VAR] = os.environ[ENV_VAR]
     if cfg.trainer.num_threads:
         env_vars["OMP_NUM_THREADS"] = str(cfg.trainer.num_threads)
+    quiet = bool(os.environ.get(LOG_VAR))  # the CLI's quiet console: workers write to the run's log themselves
+    if quiet:
+        env_vars[LOG_VAR] = os.environ[LOG_VAR]
     if address:
         ray.init(address=address, runtime_env={"env_vars": env_vars})
         return
     ranks = sum(world_size(cfg, r) for r in ("actor", "critic", "ref"))
     cpus = max(os.cpu_count() or 1, int(ranks * cfg.trainer.cpus_per_worker + 1))
     ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env_vars},
-             logging_level="WARNING", log_to_driver=True)
+             logging_level="WARNING", log_to_driver=not quiet)
 
 
 def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, **init_kwargs: Any) -> Any:
@@ -158,6 +163,30 @@ def precision_summary(cfg: TrainConfig) -> str:
     return line + (f"; auto: {auto_reason}" if auto_reason else "")
 
 
+def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None) -> str:
+    """The run's start-up block for the console: model, precision, device and workers, env, estimator, sizes and
+    where the run writes (run folder, and the log file under the quiet console)."""
+    tr, ro = cfg.trainer, cfg.rollout
+    roles = ["actor"] + (["critic"] if needs_critic(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
+    ranks = ", ".join(f"{r}={world_size(cfg, r)}" for r in roles)
+    critic = "critic" if needs_critic(cfg) else "no critic"
+    warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
+    lines = [
+        f"[ragen] model     {cfg.model.path}" + (" (tiny random)" if cfg.model.tiny else "") + f" <- {model_path}",
+        precision_summary(cfg),
+        f"[ragen] workers   {'ray' if tr.use_ray else 'in-process'}, world sizes {ranks}; engine {ro.engine}",
+        f"[ragen] envs      train {_mix(env_mix.train_groups(cfg), ro.group_size)}; "
+        f"validation {_mix(env_mix.val_groups(cfg), ro.val_group_size)}",
+        f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){warm}; {tr.total_steps} steps",
+        f"[ragen] run dir   {tr.output_dir}" + (f"  (log: {log_path})" if log_path else ""),
+    ]
+    return "\n".join(lines)
+
+
+def _mix(groups: list, group_size: int) -> str:
+    return ", ".join(f"{g.env.name} {g.n_groups}x{group_size} (max_turn {g.env.max_turn})" for g in groups)
+
+
 def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any) -> Any:
     """The rollout engine (``rollout.engine``) over the policy's initial weights, its weight dtype resolved from
     ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32)."""
@@ -173,11 +202,11 @@ def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, A
 
     from ragen.agent import AgentProxy, EnvGroupSpec
 
-    env = cfg.env
-    train = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.n_groups, cfg.rollout.group_size,
-                          env.max_turn, env.max_actions_per_turn)]
-    val = [EnvGroupSpec(env.name, dict(env.config), cfg.rollout.val_n_groups, cfg.rollout.val_group_size,
-                        env.max_turn, env.max_actions_per_turn)]
+    ro = cfg.rollout
+    train = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.group_size, g.env.max_turn,
+                          g.env.max_actions_per_turn) for g in env_mix.train_groups(cfg)]
+    val = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.val_group_size, g.env.max_turn,
+                        g.env.max_actions_per_turn) for g in env_mix.val_groups(cfg)]
     agent = cfg.agent_config()
     train_proxy = AgentProxy(engine, tokenizer, agent, train, val, seed=cfg.trainer.seed,
                              val_seed=cfg.rollout.val_seed)

@@ -77,6 +77,8 @@ class RolloutSection:
     the device computes bf16 natively, else float32; ``ragen.utils.hardware``), ``bfloat16``, ``float32`` or
     ``float16``. ``val_temperature``: sampling temperature of validation rollouts, 0 = greedy (the default:
     validation measures the policy's best guess and is never trained on), null = ``agent.temperature``.
+    ``train_envs`` / ``val_envs``: several envs in one run, entries ``{name, n_groups}`` (plus optional
+    ``max_turn``, ``max_actions_per_turn``, ``config``); empty = ``env`` alone (``ragen.trainer.env_mix``).
     """
 
     engine: str = "hf"
@@ -87,6 +89,8 @@ class RolloutSection:
     val_seed: int = 100000
     dtype: str = "auto"
     val_temperature: float | None = 0.0
+    train_envs: list[dict[str, Any]] = field(default_factory=list)
+    val_envs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,11 @@ class TrainerSection:
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
+    ``verbose``: the CLI's console shows everything live; false (default) = ``ragen.utils.console.quiet_console``.
+    ``report``: write the run report (``ragen.report``: ``report/index.html`` and a page per step, refreshed at
+    every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
+    ``report_train_samples``: episodes of each training batch saved with their credit for the report
+    (``train_samples/step_N.jsonl``; 0 = none).
     ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
     inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
     a Ray worker group may take before the run stops naming the worker and phase (null = no limit).
@@ -224,6 +233,9 @@ class TrainerSection:
     seed: int = 42
     deterministic: bool = False
     progress_bar: bool = True
+    verbose: bool = False
+    report: bool = True
+    report_train_samples: int = 4
     max_consecutive_skips: int = 3
     worker_call_timeout_s: float | None = 3600.0
 
@@ -316,7 +328,7 @@ def _matches(value: Any, annotation: str) -> bool:
     """True when ``value`` (plain YAML data) fits one alternative of a field annotation such as ``int | None``,
     ``float``, ``list[str]``, ``tuple[float, float]`` or ``dict[str, Any]`` (floats must be finite; an int is a
     valid float; a bool is never a number)."""
-    for alt in (a.strip() for a in annotation.split("|")):
+    for alt in _split_top(annotation, "|"):
         if alt == "None" and value is None or alt == "Any":
             return True
         if alt == "bool" and isinstance(value, bool):
@@ -331,13 +343,27 @@ def _matches(value: Any, annotation: str) -> bool:
         if alt.startswith("dict[") and isinstance(value, dict):
             return True
         if alt.startswith(("list[", "tuple[")) and isinstance(value, list | tuple):
-            inner = [t.strip() for t in alt[alt.index("[") + 1:-1].split(",")]
+            inner = _split_top(alt[alt.index("[") + 1:-1], ",")
             if alt.startswith("tuple[") and len(inner) != len(value):
                 continue
             kinds = inner if alt.startswith("tuple[") else inner * len(value)
             if all(_matches(v, t) for v, t in zip(value, kinds, strict=False)):
                 return True
     return False
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at the ``sep`` characters outside brackets, stripped: ``"dict[str, Any], int"`` ->
+    ``["dict[str, Any]", "int"]``."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == sep and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur.strip()]
 
 
 def _type_problems(name: str, cls: type, values: dict[str, Any]) -> dict[str, str]:

@@ -60,8 +60,11 @@ def world_size(cfg: TrainConfig, role: str) -> int:
 
 
 def kept_groups(cfg: TrainConfig) -> int:
-    """Groups kept after rollout filtering: ``ceil(rollout_filter_ratio * n_groups)`` (at least 1)."""
-    return max(1, math.ceil(cfg.algorithm.rollout_filter_ratio * cfg.rollout.n_groups - 1e-9))
+    """Groups kept after rollout filtering: ``ceil(rollout_filter_ratio * n_groups)`` (at least 1), ``n_groups``
+    summed over the training envs (``ragen.trainer.env_mix``)."""
+    from ragen.trainer.env_mix import n_train_groups
+
+    return max(1, math.ceil(cfg.algorithm.rollout_filter_ratio * n_train_groups(cfg) - 1e-9))
 
 
 def train_batch_size(cfg: TrainConfig) -> int:
@@ -73,10 +76,12 @@ def optimizer_steps_per_trainer_step(cfg: TrainConfig, role: str) -> int:
     """Optimizer steps one ``update`` of ``role`` (actor / critic) runs: ppo_epochs x mini-batches of the batch.
 
     Trajectory layout: ``train_batch_size / mini_batch_size`` mini-batches. Turn layout: the row count varies,
-    so this uses its upper bound, one row per turn of every episode (``env.max_turn`` turns each).
+    so this uses its upper bound, one row per turn of every episode (the training envs' most turns each).
     """
     section = cfg.actor if role == "actor" else cfg.critic
-    rows = train_batch_size(cfg) * (cfg.env.max_turn if cfg.agent.layout == "turn" else 1)
+    from ragen.trainer.env_mix import max_turns
+
+    rows = train_batch_size(cfg) * (max_turns(cfg) if cfg.agent.layout == "turn" else 1)
     return section.ppo_epochs * max(1, math.ceil(rows / section.mini_batch_size))
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.validate import validate
+from ragen.utils import console
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:
@@ -36,3 +38,28 @@ def _ray_running() -> Any:
     except ImportError:
         return None
     return ray.is_initialized()
+
+
+def run_cli(cfg: TrainConfig, label: str = "done") -> dict[str, float]:
+    """:func:`run` behind the quiet console (``trainer.verbose=false``: the rest of the output in
+    ``<run dir>/train.log``), then the final summary on the terminal."""
+    log_path = Path(cfg.trainer.output_dir) / "train.log"
+    with console.quiet_console(log_path, verbose=cfg.trainer.verbose):
+        metrics = run(cfg)
+        console.say(final_summary(cfg, metrics, label, None if cfg.trainer.verbose else log_path))
+    return metrics
+
+
+def final_summary(cfg: TrainConfig, metrics: dict[str, float], label: str = "done",
+                  log_path: Path | None = None) -> str:
+    """The last lines of a run: its final validation and rewards, then where its outputs are."""
+    run_dir = Path(cfg.trainer.output_dir)
+    keys = [k for k in sorted(metrics) if k == "val/reward/mean"
+            or (k.startswith("val/env/") and k.endswith(("/success", "/format_ok", "/reward")))]
+    lines = [f"[ragen] {label}: " + ", ".join(f"{k}={metrics[k]:.4g}" for k in keys)]
+    ckpts = sorted((run_dir / "checkpoints").glob("global_step_*"), key=lambda p: int(p.name.rsplit("_", 1)[1]))
+    paths = [("metrics", run_dir / "metrics.jsonl"), ("curve", run_dir / "learning_curve.png"),
+             ("report", run_dir / "report" / "index.html"), ("checkpoint", ckpts[-1] if ckpts else None),
+             ("log", log_path)]
+    lines += [f"[ragen] {name:<10} {path}" for name, path in paths if path is not None and Path(path).exists()]
+    return "\n".join(lines)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ragen.agent.batch import RolloutBatch
+from ragen.agent.batch import EpisodeRecord, RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
@@ -185,18 +185,20 @@ def perf_metrics(batch: RolloutBatch, step_seconds: float, timings: dict[str, fl
     return out
 
 
+def episode_record(ep: EpisodeRecord) -> dict:
+    """One episode as a JSON-ready dict: env, seed, group, success and per turn prompt / response / actions / reward."""
+    return {
+        "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "success": bool(ep.success),
+        "failed": bool(ep.failed), "error": ep.error, "truncated": bool(ep.truncated),
+        "turns": [{"prompt": t.prompt_text, "response": t.response_text, "actions": list(t.actions),
+                   "reward": float(t.reward), "success": bool(t.success), "format_ok": bool(t.format_ok)}
+                  for t in ep.turns],
+    }
+
+
 def episode_records(batch: RolloutBatch) -> list[dict]:
-    """JSON-ready episodes: env, seed, group, success and per turn prompt / response / actions / reward."""
-    out = []
-    for ep in batch.episodes:
-        out.append({
-            "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "success": bool(ep.success),
-            "failed": bool(ep.failed), "error": ep.error, "truncated": bool(ep.truncated),
-            "turns": [{"prompt": t.prompt_text, "response": t.response_text, "actions": list(t.actions),
-                       "reward": float(t.reward), "success": bool(t.success), "format_ok": bool(t.format_ok)}
-                      for t in ep.turns],
-        })
-    return out
+    """JSON-ready episodes (:func:`episode_record`) of ``batch.episodes``."""
+    return [episode_record(ep) for ep in batch.episodes]
 
 
 def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:

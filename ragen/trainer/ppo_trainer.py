@@ -4,7 +4,7 @@ Per step::
 
     rollout (agent proxy over the engine) -> rollout filtering -> old / ref log-probs -> values
     -> advantages (ragen.algorithms) -> critic update -> actor update -> weight sync to the engine
-    -> metrics, validation, checkpoint
+    -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed after each validation)
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
@@ -14,6 +14,7 @@ trainer state, saved with every checkpoint.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,17 +26,19 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
-from ragen.trainer import builders, numerics, phases, turn_layout
+from ragen.report import Credit, build_report, pending_steps
+from ragen.trainer import builders, numerics, phases, report_phase, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
+from ragen.utils import console
 from ragen.utils.checkpoint import latest_checkpoint, resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.redaction import redact, redact_text
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
-from ragen.utils.tracking import Tracker
+from ragen.utils.tracking import Tracker, bar_postfix
 from ragen.workers.group import WorkerFailure
 
 
@@ -51,6 +54,7 @@ class PPOTrainer:
         self.workers: dict[str, Any] = {}
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
+        self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
         self.phase = "setup"  # the running phase, named when a worker fails
 
@@ -70,7 +74,7 @@ class PPOTrainer:
         if with_workers:
             builders.start_ray(cfg)
             self.workers = builders.build_workers(cfg, self.model_path)
-        tqdm.write(builders.precision_summary(cfg))
+        console.say(builders.startup_block(cfg, self.model_path, os.environ.get(console.LOG_VAR)))
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -98,15 +102,17 @@ class PPOTrainer:
         if tr.val_before_train and self.step == 0 and not self.warm_started:
             last = self.validate()
             self._log(last, 0)
+            self.write_report()
         if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
             last = run_warm_start(self)
             self.warm_started = True
+            self.write_report()
             self.save_checkpoint()  # a crash in RL resumes after the warm start
         if self.step >= tr.total_steps and not (tr.total_steps == 0 and self.warm_started):
-            tqdm.write(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
+            console.say(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
                        f"{tr.total_steps}; nothing to train (trainer.resume=none or a new trainer.output_dir "
                        "starts afresh)")
-        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step",
+        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step", file=console.err_stream(),
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
             metrics = self._guarded(self.train_step)
@@ -114,13 +120,16 @@ class PPOTrainer:
             self.step += 1
             self._rng_after_step = get_rng_state()
             final = self.step == tr.total_steps
-            if final or (tr.val_freq > 0 and self.step % tr.val_freq == 0):
+            validating = final or (tr.val_freq > 0 and self.step % tr.val_freq == 0)
+            if validating:
                 metrics.update(self.validate())
             self._log(metrics, self.step)
+            if validating:
+                self.write_report()
             if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
                 self._guarded(self.save_checkpoint)
             bar.update(1)
-            bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
+            bar.set_postfix(bar_postfix(metrics), refresh=False)
             last = metrics
         bar.close()
         self.plot()
@@ -169,6 +178,10 @@ class PPOTrainer:
             adv, ret = estimate(cfg.algorithm.estimator, scored, real_values,
                                 None if last_values is None else last_values[:n_real], penalties,
                                 **cfg.algorithm.advantage_kwargs())
+        if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
+            with self._timed("report_samples", t):
+                report_phase.save_train_samples(self, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
+                                                self.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values)
@@ -188,6 +201,8 @@ class PPOTrainer:
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
+        if self._report_seconds is not None:
+            metrics["timing/report"], self._report_seconds = self._report_seconds, None
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
 
@@ -240,16 +255,32 @@ class PPOTrainer:
         t: dict[str, float] = {}
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val")
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", phases.episode_records(batch))
+        records = phases.episode_records(batch)
+        if self.cfg.trainer.report:  # + token rows with log-probs, values and advantages, for the step page
+            with rng_preserved(), timed("val_credit", t):
+                records = report_phase.val_records(self, batch)
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(phases.trajectory_rewards(batch).mean())
-        out["timing/validation"] = t["validation"]
+        out.update({f"timing/{k}": v for k, v in t.items()})
         return out
+
+    def write_report(self) -> None:
+        """Refresh ``report/`` (``ragen.report``) after a validation was logged: the index and the pages of the
+        steps saved since the last refresh. Its time is logged with the next step as ``timing/report``."""
+        if not self.cfg.trainer.report:
+            return
+        t: dict[str, float] = {}
+        with timed("report", t):
+            records = None if "jsonl" in self.cfg.trainer.loggers else self.history
+            build_report(self.run_dir, steps=pending_steps(self.run_dir, self.step), records=records)
+        self._report_seconds = t["report"]
 
     def evaluate(self) -> dict[str, float]:
         """``trainer.val_only``: validate the policy of the resumed checkpoint (or the initial model) once."""
         metrics = self.validate()
         self._log(metrics, self.step)
+        self.write_report()
         return metrics
 
     # ------------------------------------------------------------------ logging, checkpoints
@@ -299,4 +330,4 @@ class PPOTrainer:
         self.warm_started = bool(state.get("warm_started", False))
         set_rng_state(state["rng"])
         self.proxy.load_state_dict(state["proxy"])
-        tqdm.write(f"[ragen] resumed from {path} at step {self.step}")
+        console.say(f"[ragen] resumed from {path} at step {self.step}")

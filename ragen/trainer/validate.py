@@ -223,6 +223,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     for name in tr.loggers:
         if name not in ("console", "jsonl", "wandb"):
             out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")
+    if tr.report_train_samples < 0:
+        out.append(f"trainer.report_train_samples={tr.report_train_samples} must be >= 0 (training episodes per "
+                   "step saved for the run report; 0 = none)")
     if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
         out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
     if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:
@@ -257,8 +260,16 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
 
 def validate(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
-    problems = check_env(cfg) + check_algorithm(cfg) + check_credit(cfg) + check_trainer(cfg) + check_agent(cfg)
-    problems += check_warm_start(cfg)
+    from ragen.trainer.env_mix import per_env_configs
+
+    try:
+        envs = per_env_configs(cfg)
+    except ConfigError as exc:  # a rollout.train_envs / val_envs entry that names no env config
+        raise ConfigError(exc.problems + check_trainer(cfg)) from None
+    problems = check_algorithm(cfg) + check_trainer(cfg)
+    for sub in envs:  # each env of the run with its own turn limits, prompts and expert
+        problems += check_env(sub) + check_credit(sub) + check_agent(sub) + check_warm_start(sub)
+    problems = list(dict.fromkeys(problems))
     if not any("world_size" in p or "n_groups" in p for p in problems):
         problems += check_batches(cfg)
     if not problems:

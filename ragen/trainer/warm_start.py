@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
 from ragen.trainer import phases, turn_layout
+from ragen.utils import console
 from ragen.utils.timing import timed
 
 
@@ -34,7 +35,8 @@ def run_warm_start(trainer: Any) -> dict[str, float]:
     responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), trainer.proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps = cfg.trainer.sft_warmup_steps
-    bar = tqdm(total=steps, desc="warm start", unit="step", disable=not cfg.trainer.progress_bar, dynamic_ncols=True)
+    bar = tqdm(total=steps, desc="warm start", unit="step", file=console.err_stream(),
+               disable=not cfg.trainer.progress_bar, dynamic_ncols=True)
     for k in range(steps):
         t: dict[str, float] = {}
         with timed("sft_rollout", t):

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,11 +49,47 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+# What the quiet console's per-step table shows (every metric is in metrics.jsonl, train.log and wandb).
+CONSOLE_SUFFIXES = ("/success", "/format_ok", "reward/mean", "sft/loss", "actor/pg_loss", "actor/entropy",
+                    "actor/kl_loss", "critic/vf_loss", "critic/vf_explained_var", "timing/step", "timing/validation",
+                    "timing/sft_update")
+
+
+def console_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The key metrics of a step: success and format rates per env, mean rewards, the main losses, step time and
+    the peak memory summed over the processes (``memory/total_peak_gb``)."""
+    out = {k: v for k, v in metrics.items() if k.endswith(CONSOLE_SUFFIXES) and "/agent/" not in k}
+    peaks = [v for k, v in metrics.items() if k.startswith("memory/") and k.endswith("_peak_gb")]
+    if peaks:
+        out["memory/total_peak_gb"] = float(sum(peaks))
+    return out
+
+
+def bar_postfix(metrics: dict[str, float]) -> dict[str, str]:
+    """The progress bar's short summary of a step: mean reward, training success and the last validation success
+    (per env, named by env when a run has several)."""
+    out = {"reward": f"{metrics.get('reward/mean', float('nan')):.3f}"}
+    for prefix, short in (("env/", "success"), ("val/env/", "val")):
+        rates = {k[len(prefix):-len("/success")]: v for k, v in metrics.items()
+                 if k.startswith(prefix) and k.endswith("/success")}
+        for env, v in rates.items():
+            out[short if len(rates) == 1 else f"{short}/{env}"] = f"{v:.2f}"
+    return out
+
+
 class ConsoleLogger:
-    """Prints one metrics table per step (through ``tqdm.write`` so progress bars stay intact)."""
+    """Prints one metrics table per step through ``tqdm.write`` (so progress bars stay intact): every metric, or
+    under the quiet console (``ragen.utils.console``) :func:`console_metrics` on the terminal and every metric in
+    ``train.log``."""
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        tqdm.write(format_table(metrics, step))
+        from ragen.utils import console
+
+        if console.is_quiet():
+            tqdm.write(format_table(metrics, step), file=sys.stdout)
+            tqdm.write(format_table(console_metrics(metrics), step), file=console.out_stream())
+        else:
+            tqdm.write(format_table(metrics, step), file=console.out_stream())
 
     def finish(self) -> None:
         return None

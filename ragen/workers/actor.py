@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss
+from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
 from ragen.utils.process import match_driver_priority, niceness
 from ragen.workers import dist as D
@@ -55,6 +56,7 @@ class PolicyWorker:
         if num_threads:
             torch.set_num_threads(num_threads)
         match_driver_priority()
+        redirect_worker_output()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
         lm = build_causal_lm(model_name_or_path, tiny, cache_dir)

@@ -13,6 +13,7 @@ import torch
 
 from ragen.algorithms.losses import value_loss
 from ragen.models.value_head import HEAD_FILE, ValueModel
+from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
 from ragen.utils.process import match_driver_priority, niceness
 from ragen.workers import dist as D
@@ -36,6 +37,7 @@ class CriticWorker:
         if num_threads:
             torch.set_num_threads(num_threads)
         match_driver_priority()
+        redirect_worker_output()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
         if tiny is None and (Path(model_name_or_path) / HEAD_FILE).is_file():

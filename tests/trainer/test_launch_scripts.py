@@ -27,16 +27,23 @@ def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name,
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["env"]["name"], config["algorithm"]["estimator"]) == (env_name, estimator)
     records = read_metrics(run_dir)
-    warm = [r for r in records if "sft/step" in r]  # train_ppo_multi_turn.sh warm-starts by default
-    assert len(warm) == (6 if script == "train_ppo_multi_turn.sh" else 0)
+    warm = [r for r in records if "sft/step" in r]  # the multi-turn scripts warm-start by default
+    assert len(warm) == (0 if script == "train_ppo.sh" else 6)
     records = [r for r in records if r not in warm and not r.get("val/after_warm_start")]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert_all_finite(records)
     for key in (f"env/{env_name}/success", "actor/pg_loss", "critic/vf_loss", "timing/rollout",
                 "timing/actor_update", "perf/tokens_per_s", f"val/env/{env_name}/success"):
         assert key in records[-1], key
-    # console table per step, progress through the phases
-    assert "actor/pg_loss" in proc.stdout
+    # the quiet console: start-up block, the key metrics per step, the final summary; the rest in train.log
+    assert "actor/pg_loss" in proc.stdout and "actor/grad_norm" not in proc.stdout
+    for line in ("[ragen] model", "[ragen] precision", "[ragen] estimator", "[ragen] run dir", "[ragen] done:",
+                 "[ragen] checkpoint", "[ragen] log"):
+        assert line in proc.stdout, line
+    log = (run_dir / "train.log").read_text()
+    assert "actor/grad_norm" in log and "saved checkpoint" in log
+    for noise in ("Loading weights", "Token authentication", "FutureWarning", "(PolicyWorker"):
+        assert noise not in proc.stdout + proc.stderr, noise
     # policy parameters changed and the final checkpoint loads with from_pretrained
     ckpt = run_dir / "checkpoints" / "global_step_2"
     final = load_actor_weights(ckpt)
@@ -85,7 +92,8 @@ def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
     monkeypatch.setattr(phases, "compute_advantage", fixed_advantages)
     monkeypatch.setattr(PolicyWorker, "update", spy)
     run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false",
-                                         "trainer.val_before_train=false"]))
+                                         "trainer.val_before_train=false", "trainer.report=false"]))  # the report's
+    # validation credit would call the estimator again
     (batch, before, after), = seen
     (sign,) = signs
     m = batch.response_mask.bool()

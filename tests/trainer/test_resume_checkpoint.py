@@ -153,7 +153,11 @@ def test_kill_during_checkpoint_keeps_previous_and_val_only(tmp_path):
     assert isinstance(turn["response"], str) and isinstance(turn["actions"], list)
     assert [(r["seed"], [t["response"] for t in r["turns"]]) for r in rows] == \
         [(r["seed"], [t["response"] for t in r["turns"]]) for r in trained]
-    assert rows == trained
+    # same records; the token rows hold the same tokens, but their credit numbers differ: val_only runs no actor
+    # or critic (the engine's log-probs stand in, no values or critic advantages)
+    assert [{k: v for k, v in r.items() if k != "rows"} for r in rows] == \
+        [{k: v for k, v in r.items() if k != "rows"} for r in trained]
+    assert [[x["token_ids"] for x in r["rows"]] for r in rows] == [[x["token_ids"] for x in r["rows"]] for r in trained]
     for key in ("val/env/bandit/success", "val/env/bandit/reward", "val/reward/mean"):
         assert metrics[key] == pytest.approx(trained_metrics[key], abs=1e-9), key
     # ... and differs from the untrained policy's greedy responses (the checkpoint's weights were really used)

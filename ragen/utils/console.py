@@ -1,0 +1,126 @@
+"""A quiet console: our start-up block, one progress bar, a short per-step table and the final summary on the
+terminal; everything else (Ray, transformers, wandb, warnings, worker output) in ``<run dir>/train.log``.
+
+How: the CLI (``python -m ragen.train`` / ``ragen.sft``) enters :func:`quiet_console` unless ``trainer.verbose``.
+It keeps handles on the real terminal (duplicates of file descriptors 1 and 2: :func:`say` writes to the first,
+the progress bar to the second), then points descriptors 1 and 2 at ``train.log``, so output written by
+libraries, C code and Python warnings lands in the file whatever stream object they hold. Ray workers inherit
+``RAGEN_LOG_FILE`` (see ``ragen.trainer.builders.start_ray``) and point their own descriptors at the same file
+in :func:`redirect_worker_output` (appends of whole lines from several processes do not interleave mid-line).
+In-process use (tests, notebooks) never enters it and prints everything as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+LOG_VAR = "RAGEN_LOG_FILE"
+_out: TextIO | None = None
+_err: TextIO | None = None
+
+
+def is_quiet() -> bool:
+    """True inside :func:`quiet_console` (not verbose)."""
+    return _out is not None
+
+
+def out_stream() -> TextIO:
+    """The terminal's standard output: the saved stream inside :func:`quiet_console`, else ``sys.stdout``."""
+    return _out if _out is not None else sys.stdout
+
+
+def err_stream() -> TextIO:
+    """The terminal's standard error (progress bars): the saved stream inside :func:`quiet_console`, else
+    ``sys.stderr``."""
+    return _err if _err is not None else sys.stderr
+
+
+def say(text: str) -> None:
+    """Print ``text`` on the terminal's standard output (through tqdm, so an open progress bar stays intact)."""
+    from tqdm import tqdm
+
+    tqdm.write(text, file=out_stream())
+
+
+def _point_fds_at(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+
+
+def _quiet_libraries() -> None:
+    """Progress bars of transformers / huggingface_hub off (they only mean anything live)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with contextlib.suppress(ImportError):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
+@contextlib.contextmanager
+def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]:
+    """Send all output but :func:`say` and the progress bar to ``log_path`` for the duration (unless ``verbose``).
+
+    Restores the descriptors, ``sys.stdout`` / ``sys.stderr`` and the environment on exit, also on errors; an
+    error's traceback is printed on the terminal too, since a run that dies must say why where it was started.
+    """
+    global _out, _err
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    if verbose:
+        yield log_path
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    _out, _err = (os.fdopen(os.dup(saved[fd]), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2))
+    old_env = os.environ.get(LOG_VAR)
+    os.environ[LOG_VAR] = str(log_path)
+    _point_fds_at(log_path)
+    saved_streams = sys.stdout, sys.stderr  # replaced ones too (notebooks, capture), pointed at the log meanwhile
+    sys.stdout, sys.stderr = (os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
+                              for fd in (1, 2))
+    _quiet_libraries()
+    try:
+        yield log_path
+    except BaseException as exc:
+        if not isinstance(exc, SystemExit):
+            import traceback
+
+            _err.write("".join(traceback.format_exception(exc)))
+            _err.write(f"[ragen] the run failed; the full log is {log_path}\n")
+        raise
+    finally:
+        sys.stdout.close()
+        sys.stderr.close()
+        sys.stdout, sys.stderr = saved_streams
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        _out.close()
+        _err.close()
+        _out = _err = None
+        if old_env is None:
+            os.environ.pop(LOG_VAR, None)
+        else:
+            os.environ[LOG_VAR] = old_env
+
+
+def redirect_worker_output() -> None:
+    """In a worker process: when the driver is quiet (``RAGEN_LOG_FILE`` set), write this process's output to the
+    run's log instead of Ray's per-worker files, which Ray would echo on the driver's terminal."""
+    path = os.environ.get(LOG_VAR)
+    if not path:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _point_fds_at(Path(path))
+    warnings.simplefilter("default")
+    _quiet_libraries()

@@ -1,0 +1,100 @@
+"""The run report end to end with the tiny model (in-process workers): the trainer saves token credit and writes the
+pages at each validation, links resolve, the saved advantages are the ones the estimator produced, and
+``python -m ragen.report`` rebuilds byte-identical pages."""
+
+import json
+import re
+import subprocess
+import sys
+
+import torch
+from report_helpers import block_id, episode_blocks, model_token_count, tiny_overrides, token_spans
+
+from ragen.report.episodes import NEUTRAL
+from ragen.trainer import phases
+from ragen.trainer.compose import load_train_config
+from ragen.trainer.main import run
+
+FAST = ["trainer.use_ray=false", "trainer.sft_warmup_steps=0", "env.max_turn=2", "trainer.val_freq=1"]
+
+
+def _records(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _check_page(page: str, val: list[dict], train: list[dict]) -> None:
+    blocks = episode_blocks(page)
+    assert [block_id(b) for b in blocks] == [f"val-{i}" for i in range(len(val))] + \
+        [f"train-{i}" for i in range(len(train))]
+    for block, rec in zip(blocks, val + train, strict=True):
+        assert len(token_spans(block)) == model_token_count(rec) > 0
+        assert f'data-success="{int(rec["success"])}"' in block
+
+
+def test_trainer_writes_report_and_cli_rebuilds_it(tmp_path, monkeypatch, subprocess_env):
+    seen = []
+    real = phases.advantages
+
+    def spy(estimator, batch, *args, **kw):
+        adv, ret = real(estimator, batch, *args, **kw)
+        seen.append((batch, adv, ret))
+        return adv, ret
+
+    monkeypatch.setattr(phases, "advantages", spy)
+    run(load_train_config("ppo_multi_turn", [*tiny_overrides(tmp_path, 2), *FAST]))
+    report = tmp_path / "report"
+    assert sorted(p.name for p in report.iterdir()) == ["index.html", "step_0.html", "step_1.html", "step_2.html"]
+    index = (report / "index.html").read_text()
+    assert sorted(set(re.findall(r"href='(step_\d+\.html)'", index))) == ["step_0.html", "step_1.html", "step_2.html"]
+    assert "<svg" in index and "frozen_lake: success" in index and "actor_update" in index
+
+    # calls: validation 0, train 1, validation 1, train 2, validation 2 (trajectory layout: one row per episode)
+    assert len(seen) == 5
+    for step in (0, 1, 2):
+        val = _records(tmp_path / "val_rollouts" / f"step_{step}.jsonl")
+        train = _records(tmp_path / "train_samples" / f"step_{step}.jsonl") if step else []
+        assert len(val) == 2 and len(train) == (4 if step else 0)  # val_n_groups=2; report_train_samples=4 of 4
+        for recs, (batch, adv, ret) in ((val, seen[2 * step]), (train, seen[2 * step - 1] if step else (None,) * 3)):
+            for i, rec in enumerate(recs):
+                row = rec["rows"][0]
+                n = len(row["token_ids"])
+                assert row["token_ids"] == batch.input_ids[i, :n].tolist()
+                torch.testing.assert_close(torch.tensor(row["advantages"]), adv[i, :n].float(), rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(torch.tensor(row["returns"]), ret[i, :n].float(), rtol=1e-5, atol=1e-6)
+                mask = torch.tensor(row["response_mask"]).bool()
+                lp = torch.tensor(row["log_probs"])
+                assert bool((lp[mask] <= 0).all()) and bool((lp[mask] < 0).any())
+                assert row["values"] is not None and len(row["pieces"]) == n
+        page = (report / f"step_{step}.html").read_text()
+        assert 'href="index.html"' in page
+        _check_page(page, val, train)
+
+    before = {p.name: p.read_bytes() for p in report.iterdir()}
+    for p in report.iterdir():
+        p.unlink()
+    out = subprocess.run([sys.executable, "-m", "ragen.report", str(tmp_path)], env=subprocess_env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == before
+
+
+def test_turn_layout_and_val_only(tmp_path):
+    """Turn layout: one record per episode whose rows are its turns. Then ``val_only`` (no workers): the page is
+    written with neutral tokens, since gae has no critic values to assign advantages with."""
+    run(load_train_config("ppo_multi_turn", [*tiny_overrides(tmp_path, 1), *FAST, "agent.layout=turn",
+                                             "trainer.val_before_train=false"]))
+    val = _records(tmp_path / "val_rollouts" / "step_1.jsonl")
+    train = _records(tmp_path / "train_samples" / "step_1.jsonl")
+    assert len(val) == 2 and len(train) == 4
+    for rec in val + train:
+        assert len(rec["rows"]) == len(rec["turns"]) >= 1
+        assert [r["turn_ids"][r["response_mask"].index(1)] for r in rec["rows"]] == list(range(len(rec["rows"])))
+    _check_page((tmp_path / "report" / "step_1.html").read_text(), val, train)
+
+    run(load_train_config("ppo_multi_turn", [*tiny_overrides(tmp_path / "eval", 1), *FAST, "trainer.val_only=true",
+                                             "trainer.resume=none"]))
+    val = _records(tmp_path / "eval" / "val_rollouts" / "step_0.jsonl")
+    assert all(r["rows"][0]["advantages"] is None and r["rows"][0]["log_probs"] is not None for r in val)
+    page = (tmp_path / "eval" / "report" / "step_0.html").read_text()
+    _check_page(page, val, [])
+    assert {color for block in episode_blocks(page) for color, _ in token_spans(block)} == {NEUTRAL}

@@ -23,6 +23,8 @@ class AgentConfig:
     ``stop_at_answer``: generation stops at the closing answer tag (the token completing it is kept and is the
     turn's last model token, where its reward sits; the end-of-turn token appended after it has response mask 0),
     so nothing the model writes after its action is sampled, trained on or paid for.
+    ``env_step_timeout``: seconds an env call (reset, step, legal actions) may take before the episode is failed
+    (counted in ``rollout/env_errors``, masked); None or 0 = no limit.
     """
 
     max_turn: int = 5
@@ -42,6 +44,7 @@ class AgentConfig:
     system_prompt: str | None = None
     response_prefix: str = ""
     stop_at_answer: bool = True
+    env_step_timeout: float | None = 60.0
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -67,6 +70,8 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.env_step_timeout is not None and not self.env_step_timeout >= 0:
+            raise ValueError(f"AgentConfig.env_step_timeout must be None or >= 0 seconds, got {self.env_step_timeout}")
         if not self.think_tag or not self.answer_tag:
             raise ValueError("AgentConfig.think_tag and answer_tag must be non-empty tag names")
 

@@ -9,18 +9,57 @@ seed and a group id (numbered across all specs, in spec order). Seeds:
 
 An exception raised by an env (reset, step, instructions, legal_actions) never escapes: the slot is marked
 failed (``EpisodeRecord.failed`` and ``error``), it takes no further turns, and the rest of the batch goes
-on. A failed slot's env is rebuilt before its next episode.
+on. A failed slot's env is rebuilt before its next episode. The same holds for a call that runs longer than
+``AgentConfig.env_step_timeout`` seconds (the call is left running in a daemon thread and its env is dropped;
+the rollout never waits on it again) and for a ``step`` whose result breaks the protocol (not a ``StepResult``,
+a NaN / inf / non-numeric reward, a non-str observation: ``ragen.env.base.step_result_problem``).
 """
 
 from __future__ import annotations
 
+import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ragen.agent.batch import EpisodeRecord
 from ragen.agent.config import AgentConfig, EnvGroupSpec
+from ragen.agent.parser import clean_text
 from ragen.env import make
-from ragen.env.base import Env
+from ragen.env.base import Env, step_result_problem
+
+
+class EnvTimeout(TimeoutError):
+    """An env call ran longer than ``agent.env_step_timeout`` seconds."""
+
+
+class MalformedStepResult(ValueError):
+    """``Env.step`` returned something that breaks the env protocol."""
+
+
+def call_with_timeout(fn: Callable[..., Any], timeout: float | None, what: str, *args: Any) -> Any:
+    """``fn(*args)``, raising :class:`EnvTimeout` (naming ``what``) when it has not returned after ``timeout``
+    seconds (None or <= 0: no limit, called directly). The call runs in a daemon thread, so a hung env neither
+    blocks the rollout nor the interpreter's exit; what it raises is re-raised here."""
+    if not timeout or timeout <= 0:
+        return fn(*args)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"ragen-env-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise EnvTimeout(f"{what} did not return within agent.env_step_timeout={timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @dataclass
@@ -63,6 +102,7 @@ class EnvSlot:
     outcome_reward: float = 0.0
     has_split: bool = False
     obs_keys: list[str] = field(default_factory=list)
+    timeout: float | None = None  # seconds per env call (AgentConfig.env_step_timeout)
 
     @property
     def name(self) -> str:
@@ -104,7 +144,8 @@ class EnvManager:
             for _ in range(spec.n_groups):
                 for _ in range(spec.group_size):
                     env = make(spec.name, **spec.config)  # config errors raise here, before any rollout
-                    self.slots.append(EnvSlot(spec, env, group, max_turn, max_actions))
+                    self.slots.append(EnvSlot(spec, env, group, max_turn, max_actions,
+                                              timeout=agent.env_step_timeout))
                 group += 1
         self.num_groups = group
 
@@ -125,7 +166,10 @@ class EnvManager:
             try:
                 if slot.env is None:
                     slot.env = make(slot.name, **slot.spec.config)
-                slot.observation = str(slot.env.reset(seed))
+                obs = call_with_timeout(slot.env.reset, slot.timeout, f"{slot.name}.reset", seed)
+                if obs is None:
+                    raise MalformedStepResult("reset returned None, not an observation")
+                slot.observation = str(obs)
             except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
                 slot.fail("reset", exc)
 
@@ -133,7 +177,9 @@ class EnvManager:
     def describe(slot: EnvSlot) -> tuple[str, str]:
         """(instructions, legal actions) of the slot's env; raises what the env raises."""
         assert slot.env is not None
-        return str(slot.env.instructions), str(slot.env.legal_actions())
+        env = slot.env
+        return call_with_timeout(lambda: (str(env.instructions), str(env.legal_actions())), slot.timeout,
+                                 f"{slot.name}.legal_actions")
 
     @staticmethod
     def step(slot: EnvSlot, actions: list[str]) -> TurnOutcome:
@@ -142,13 +188,16 @@ class EnvManager:
         for action in actions:
             try:
                 assert slot.env is not None
-                res = slot.env.step(action)
+                res = call_with_timeout(slot.env.step, slot.timeout, f"{slot.name}.step", clean_text(action))
+                problem = step_result_problem(res)
+                if problem is not None:
+                    raise MalformedStepResult(problem)
                 reward = float(res.reward)
             except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
                 slot.fail("step", exc)
                 out.done = True
                 return out
-            info = res.info or {}
+            info = res.info
             out.executed += 1
             out.valid += bool(info.get("action_is_valid", False))
             out.effective += bool(info.get("action_is_effective", False))

@@ -1,7 +1,8 @@
 """Parse a model response into actions: ``<think>...</think><answer>a || b</answer>``.
 
-The parser is total: any text (garbage, unclosed tags, unicode, empty) returns a ``ParsedResponse`` and
-never raises. A response is well-formed (``format_ok``) when, apart from surrounding whitespace, it is
+The parser is total: any text (garbage, unclosed tags, unicode, lone surrogates, empty) returns a
+``ParsedResponse`` of valid Unicode (:func:`clean_text`) and never raises. A response is well-formed
+(``format_ok``) when, apart from surrounding whitespace, it is
 
 * ``<think>T</think> <answer>A</answer>`` when thinking is on (``think=True``), or
 * ``<answer>A</answer>``, optionally preceded by one think block, when thinking is off,
@@ -39,6 +40,20 @@ def _has_tag(text: str, tags: tuple[str, ...]) -> bool:
     return any(f"<{tag}>" in text or f"</{tag}>" in text for tag in tags)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: lone surrogates (``"\\udca0"``: what ``surrogateescape`` decoding or a JSON
+    ``\\ud800`` escape from an API engine leaves) become U+FFFD, since they make any later ``encode`` raise
+    (tokenizers, bm25, regex engines of envs). Valid text is returned unchanged (and fast)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 def split_actions(answer: str, action_sep: str) -> list[str]:
     """``"a || b ||  "`` -> ``["a", "b"]``: split on ``action_sep``, strip, drop empties."""
     if not action_sep:
@@ -63,6 +78,7 @@ def parse_response(
     """
     if not isinstance(text, str):
         return ParsedResponse()
+    text = clean_text(text)
     match = _pattern(think_tag, answer_tag, think).match(text)
     if match is None:
         return ParsedResponse(answer=_loose_answer(text, answer_tag))

@@ -9,10 +9,12 @@ and the next prompt says the previous answer was not understood.
 
 Failed envs (exception in the env) keep a row in the batch so shapes and group sizes stay fixed, but the
 row trains nothing: its ``response_mask`` and ``token_rewards`` are zeroed and ``turn_ids`` set to -1;
-``extra["failed"]`` (B,) bool flags them and ``env/<name>/failed`` counts them. A sample the engine ends with a
-finish reason in ``DROPPED_REASONS`` (vLLM's abort / error) fails its slot the same way (``agent/engine_dropped``
-counts them); vLLM's "repetition" ends a real sample (kept; ``agent/repetition_stops``). Trainers using
-group-relative estimators may also drop the row's whole group with ``batch.select``.
+``extra["failed"]`` (B,) bool flags them, ``env/<name>/failed`` and ``rollout/env_errors`` count them, and each is
+logged with its env, seed and error (env calls past ``env_step_timeout`` and malformed step results fail too).
+A sample the engine ends with a finish reason in ``DROPPED_REASONS`` (vLLM's abort / error) fails its slot the
+same way (``agent/engine_dropped`` counts them); vLLM's "repetition" ends a real sample (kept;
+``agent/repetition_stops``). Trainers using group-relative estimators may also drop the row's whole group with
+``batch.select``.
 
 Rows are right-padded with ``tokenizer.pad_token_id`` (the end-of-turn id when the tokenizer has none).
 Generation stops at the template's end-of-turn token, or at the closing answer tag (``stop_at_answer``); a
@@ -23,6 +25,7 @@ and everything else.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,9 +35,10 @@ from ragen.agent.collate import build_batch
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot
-from ragen.agent.parser import parse_response
+from ragen.agent.parser import clean_text, parse_response
 from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
 
+_LOG = logging.getLogger(__name__)
 Responder = Callable[[list[EnvSlot], list[list[int]], SamplingParams], list[Sample]]
 
 
@@ -104,6 +108,7 @@ class AgentProxy:
             slot.record.truncated = slot.stopped and not slot.done and not slot.failed
         batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout)
         batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
+        batch.metrics["rollout/env_errors"] = float(_log_env_errors(manager.slots, mode))
         return batch
 
     def _open(self, slot: EnvSlot) -> EpisodeContext | None:
@@ -170,7 +175,7 @@ class AgentProxy:
     def _act(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> None:
         """Parse the response, step the env, record the turn, and add the next user message if any."""
         cfg = self.cfg
-        text = self.fmt.response_prefix + self.fmt.decode(ids)
+        text = clean_text(self.fmt.response_prefix + self.fmt.decode(ids))
         parsed = parse_response(
             text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
         )
@@ -224,6 +229,17 @@ class AgentProxy:
             "agent/time/generate_s": gen,
             "agent/time/outside_generate_frac": (total_s - gen) / total_s if total_s > 0 else 0.0,
         }
+
+
+def _log_env_errors(slots: list[EnvSlot], mode: str, shown: int = 5) -> int:
+    """Log the failed episodes (env, seed, group, error; the first ``shown`` of them) and return their count."""
+    failed = [s for s in slots if s.failed]
+    for s in failed[:shown]:
+        _LOG.warning("[ragen] %s rollout: env %s seed %d (group %d) failed and is masked: %s", mode, s.name, s.seed,
+                     s.group_id, s.error)
+    if len(failed) > shown:
+        _LOG.warning("[ragen] %s rollout: %d more failed episodes", mode, len(failed) - shown)
+    return len(failed)
 
 
 def user_text(cfg: Any, observation: str, legal: str, turn: int, max_turn: int, max_actions: int,

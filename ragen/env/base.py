@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -47,6 +48,27 @@ class StepResult:
     def __post_init__(self) -> None:
         for key in REQUIRED_INFO_KEYS:
             self.info.setdefault(key, False)
+
+
+def step_result_problem(res: Any) -> str | None:
+    """Why ``res`` (what an ``Env.step`` returned) breaks the protocol, or None: it must be a :class:`StepResult`
+    with a ``str`` observation, a finite real reward, a boolean ``done`` and a dict ``info``."""
+    if not isinstance(res, StepResult):
+        return f"step returned {type(res).__name__}, not StepResult"
+    if not isinstance(res.observation, str):
+        return f"observation is {type(res.observation).__name__}, not str"
+    try:
+        finite = isinstance(res.reward, int | float) or hasattr(res.reward, "__float__")
+        finite = finite and not isinstance(res.reward, bool) and math.isfinite(float(res.reward))
+    except (TypeError, ValueError, OverflowError):
+        finite = False
+    if not finite:
+        return f"reward {res.reward!r} is not a finite number"
+    if not isinstance(res.done, bool) and res.done not in (0, 1):  # numpy bools compare equal to 0 / 1
+        return f"done {res.done!r} is not a bool"
+    if not isinstance(res.info, dict):
+        return f"info is {type(res.info).__name__}, not dict"
+    return None
 
 
 @runtime_checkable

@@ -68,6 +68,9 @@ def extract_answer(text: str, answer_format: str = "auto") -> str | None:
     return text.strip()
 
 
+MAX_NUMBER_CHARS = 64
+
+
 def parse_number(text: str) -> Fraction | None:
     """``"1,234.5"``, ``"$42"``, ``"50%"``, ``"-3/4"``, ``"\\frac{3}{4}"`` -> exact Fraction; None if not a number."""
     s = text.strip().rstrip(".").replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
@@ -77,8 +80,9 @@ def parse_number(text: str) -> Fraction | None:
         s = f"{m.group(1)}/{m.group(2)}"
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
         s = s.replace(",", "")
-    if not re.fullmatch(r"-?(\d+(\.\d*)?|\.\d+)(/-?\d+)?|-?\d+(\.\d+)?e-?\d+", s):
-        return None
+    if len(s) > MAX_NUMBER_CHARS or not re.fullmatch(
+            r"-?(\d+(\.\d*)?|\.\d+)(/-?\d+)?|-?\d+(\.\d+)?e-?\d{1,3}", s, flags=re.ASCII):
+        return None  # ASCII digits only, exponents below 1000: Fraction("1e3818446744073709551616") never returns
     try:
         return Fraction(s)
     except (ValueError, ZeroDivisionError):

@@ -32,6 +32,7 @@ from ragen.evaluation.stats import (
     sample_std,
     wilson_interval,
 )
+from ragen.utils.redaction import redact
 
 METRICS = ("success", "reward", "format", "turns")
 LABELS = {"success": "success rate", "reward": "mean reward", "format": "format rate", "turns": "mean turns"}
@@ -116,7 +117,7 @@ def write_json(report: dict[str, Any], path: str | Path) -> Path:
     """Write ``report`` as strict JSON (undefined numbers as null) to ``path``; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+    path.write_text(json.dumps(redact(_finite(report)), indent=2, allow_nan=False) + "\n")
     return path
 
 

@@ -10,6 +10,7 @@ values (world sizes, worker configs) are computed by functions from it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -148,6 +149,7 @@ class AgentSection:
     system_prompt: str | None = None
     response_prefix: str = ""
     stop_at_answer: bool = True
+    env_step_timeout: float | None = 60.0
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,9 @@ class TrainerSection:
     every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
     ``report_train_samples``: episodes of each training batch saved with their credit for the report
     (``train_samples/step_N.jsonl``; 0 = none).
+    ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
+    inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
+    a Ray worker group may take before the run stops naming the worker and phase (null = no limit).
     """
 
     total_steps: int = 20
@@ -268,6 +273,16 @@ class TrainerSection:
     verbose: bool = False
     report: bool = True
     report_train_samples: int = 4
+    max_consecutive_skips: int = 3
+    worker_call_timeout_s: float | None = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.max_consecutive_skips < 0:
+            raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
+                             f"{self.max_consecutive_skips}")
+        if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
+            raise ValueError(f"trainer.worker_call_timeout_s must be > 0 seconds or null (no limit), got "
+                             f"{self.worker_call_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -326,7 +341,9 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
     built: dict[str, Any] = {}
     for name in raw:
         if name not in SECTIONS and name != "hydra":
-            problems.append(f"unknown config section {name!r}; valid sections: {', '.join(SECTIONS)}")
+            keys = [f"{name}.{k}" for k in raw[name]] if isinstance(raw[name], dict) else [name]
+            problems.append(f"unknown config section {name!r} (set by {', '.join(keys)}); valid sections: "
+                            f"{', '.join(SECTIONS)}")
     for name, cls in SECTIONS.items():
         values = dict(raw.get(name) or {})
         valid = {f.name for f in fields(cls)}
@@ -335,6 +352,9 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
             problems.append(f"unknown key(s) {[f'{name}.{k}' for k in unknown]}; valid keys of {name}: "
                             f"{', '.join(sorted(valid))}")
             values = {k: v for k, v in values.items() if k in valid}
+        type_problems = _type_problems(name, cls, values)
+        problems.extend(type_problems.values())
+        values = {k: v for k, v in values.items() if k not in type_problems}  # the section's own checks still run
         try:
             built[name] = cls(**_coerce(cls, values))
         except (TypeError, ValueError) as exc:
@@ -342,6 +362,65 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
     if problems:
         raise ConfigError(problems)
     return TrainConfig(**built)
+
+
+def _matches(value: Any, annotation: str) -> bool:
+    """True when ``value`` (plain YAML data) fits one alternative of a field annotation such as ``int | None``,
+    ``float``, ``list[str]``, ``tuple[float, float]`` or ``dict[str, Any]`` (floats must be finite; an int is a
+    valid float; a bool is never a number)."""
+    for alt in _split_top(annotation, "|"):
+        if alt == "None" and value is None or alt == "Any":
+            return True
+        if alt == "bool" and isinstance(value, bool):
+            return True
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if alt == "int" and number and isinstance(value, int):
+            return True
+        if alt == "float" and number and math.isfinite(value):
+            return True
+        if alt == "str" and isinstance(value, str):
+            return True
+        if alt.startswith("dict[") and isinstance(value, dict):
+            return True
+        if alt.startswith(("list[", "tuple[")) and isinstance(value, list | tuple):
+            inner = _split_top(alt[alt.index("[") + 1:-1], ",")
+            if alt.startswith("tuple[") and len(inner) != len(value):
+                continue
+            kinds = inner if alt.startswith("tuple[") else inner * len(value)
+            if all(_matches(v, t) for v, t in zip(value, kinds, strict=False)):
+                return True
+    return False
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """``text`` split at the ``sep`` characters outside brackets, stripped: ``"dict[str, Any], int"`` ->
+    ``["dict[str, Any]", "int"]``."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == sep and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return [*parts, cur.strip()]
+
+
+def _type_problems(name: str, cls: type, values: dict[str, Any]) -> dict[str, str]:
+    """``{key: message}`` for the values of section ``name`` whose type does not match the field (e.g.
+    ``trainer.total_steps='abc'``), so they are reported by key instead of failing deep inside a check."""
+    types = {f.name: str(f.type) for f in fields(cls)}
+    out = {}
+    for key, value in values.items():
+        if key in types and not _matches(value, types[key]):
+            example = _EXAMPLES.get(types[key].split("|")[0].strip().split("[")[0], "")
+            out[key] = (f"{name}.{key}={value!r} has the wrong type: expected {types[key]}"
+                        f"{f' (e.g. {name}.{key}={example})' if example else ''}")
+    return out
+
+
+_EXAMPLES = {"int": "4", "float": "0.5", "bool": "true", "str": "text", "list": "[a,b]", "tuple": "[0.9,0.999]",
+             "dict": "{}"}
 
 
 def _coerce(cls: type, values: dict[str, Any]) -> dict[str, Any]:

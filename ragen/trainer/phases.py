@@ -14,6 +14,7 @@ import torch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
 
 
@@ -200,10 +201,25 @@ def episode_records(batch: RolloutBatch) -> list[dict]:
     return [episode_record(ep) for ep in batch.episodes]
 
 
+def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:
+    """``{"step", "env", "seed", "group_id", "error"}`` of each failed (masked) episode of a rollout."""
+    return [{"step": step, "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "error": ep.error}
+            for ep in batch.episodes if ep.failed]
+
+
+def append_jsonl(path: str | Path, records: list[dict]) -> None:
+    """Append ``records`` (secrets redacted) to a JSONL file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(redact(rec)) + "\n")
+
+
 def write_jsonl(path: str | Path, records: list[dict]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for rec in records:
-            fh.write(json.dumps(rec) + "\n")
+            fh.write(json.dumps(redact(rec)) + "\n")
     return path

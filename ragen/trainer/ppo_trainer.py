@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +28,20 @@ from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, phases, placement, report_phase, turn_layout
+from ragen.trainer import builders, numerics, phases, placement, report_phase, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
-from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.checkpoint import latest_checkpoint, resolve_resume, write_checkpoint
 from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import memory_stats
+from ragen.utils.redaction import redact, redact_text
 from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import Tracker, bar_postfix
+from ragen.workers.group import WorkerFailure
 
 
 class PPOTrainer:
@@ -54,13 +58,15 @@ class PPOTrainer:
         self.warm_started = False
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.phase = "setup"  # the running phase, named when a worker fails
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
         """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        (self.run_dir / "config.json").write_text(json.dumps(redact(cfg.to_dict()), indent=2, default=str))
         seed_everything(cfg.trainer.seed)
         threads = builders.driver_threads(cfg)
         if threads:
@@ -86,7 +92,8 @@ class PPOTrainer:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
         self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
-                               experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
+                               experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()),
+                               append=True)
 
     def shutdown(self) -> None:
         for group in self.workers.values():
@@ -118,7 +125,7 @@ class PPOTrainer:
         bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step", file=console.err_stream(),
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
-            metrics = self.train_step()
+            metrics = self._guarded(self.train_step)
             metrics.update(self.memory_metrics())
             self.step += 1
             self._rng_after_step = get_rng_state()
@@ -130,7 +137,7 @@ class PPOTrainer:
             if validating:
                 self.write_report()
             if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
-                self.save_checkpoint()
+                self._guarded(self.save_checkpoint)
             bar.update(1)
             bar.set_postfix(bar_postfix(metrics), refresh=False)
             last = metrics
@@ -144,31 +151,34 @@ class PPOTrainer:
         actor, critic, ref = self.workers["actor"], self.workers.get("critic"), self.workers.get("ref")
         metrics: dict[str, float] = {}
         start = time.perf_counter()
-        with timed("rollout", t):
+        with self._timed("rollout", t):
             batch = self.proxy.rollout("train")
-        with timed("engine_sleep", t):  # free the engine's memory for training (vLLM sleep mode; hf on GPU)
+        with self._timed("engine_sleep", t):  # free the engine's memory for training (vLLM sleep mode; hf on GPU)
             self.engine.sleep()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
-        with timed("filter", t):
+        errors = phases.failed_episode_records(batch, self.step + 1)
+        if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
+            phases.append_jsonl(self.run_dir / "env_errors.jsonl", errors)
+        with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
         tb = phases.to_train_batch(batch)
         n_real = tb.batch_size
         if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
             tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
-        with timed("old_log_probs", t):
+        with self._timed("old_log_probs", t):
             old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
         ref_lp = None
         if ref is not None:
-            with timed("ref_log_probs", t):
+            with self._timed("ref_log_probs", t):
                 ref_lp = ref.call("compute_log_probs", tb)
         values = last_values = None
         if critic is not None:
-            with timed("values", t):
+            with self._timed("values", t):
                 values, last_values = critic.call("compute_values", tb)
-        with timed("advantages", t):
+        with self._timed("advantages", t):
             penalties = None
             if cfg.algorithm.kl_in_reward:
                 penalties, kl_metrics = kl_penalties(old_lp[:n_real], ref_lp[:n_real], batch.response_mask,
@@ -181,21 +191,25 @@ class PPOTrainer:
                                 None if last_values is None else last_values[:n_real], penalties,
                                 **cfg.algorithm.advantage_kwargs())
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
-            with timed("report_samples", t):
+            with self._timed("report_samples", t):
                 report_phase.save_train_samples(self, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
                                                 self.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values)
-        if critic is not None:
-            with timed("critic_update", t):
+        bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
+        if bad:
+            metrics.update(numerics.skip_metrics(bad))
+        if critic is not None and not bad:
+            with self._timed("critic_update", t):
                 metrics.update(critic.call("update", tb))
-        updated = self.step >= cfg.trainer.critic_warmup
+        updated = self.step >= cfg.trainer.critic_warmup and not bad
         if updated:
-            with timed("actor_update", t):
+            with self._timed("actor_update", t):
                 metrics.update(actor.call("update", tb))
-        with timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
+        with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
             placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
+        self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
@@ -218,6 +232,24 @@ class PPOTrainer:
 
         dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
         placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES, ray.get)
+
+    @contextmanager
+    def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:
+        """``timed`` that also records the running phase (named by :meth:`_guarded` when a worker fails)."""
+        self.phase = name
+        with timed(name, timings):
+            yield
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        """Run one step; a dead or hung worker (``WorkerFailure``) stops the run naming the step, the phase and the
+        checkpoint to resume from (the last complete one: an interrupted save never counts)."""
+        try:
+            return fn()
+        except WorkerFailure as exc:
+            last = latest_checkpoint(self.ckpt_root)
+            step = self.step if self.phase == "checkpoint" else self.step + 1
+            raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
+                                f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
 
     def memory_metrics(self) -> dict[str, float]:
         """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
@@ -287,10 +319,11 @@ class PPOTrainer:
         from ragen.utils.plotting import plot_learning_curves
 
         return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
-                                    title=self.cfg.trainer.experiment_name)
+                                    title=redact_text(self.cfg.trainer.experiment_name))
 
     def save_checkpoint(self) -> Path:
         """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``."""
+        self.phase = "checkpoint"
 
         def write(tmp: Path) -> None:
             self.workers["actor"].call("save", dir=str(tmp / "actor"))

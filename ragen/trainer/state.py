@@ -10,13 +10,15 @@ from typing import Any
 
 import torch
 
+from ragen.utils.redaction import redact
 from ragen.utils.seeding import get_rng_state, set_rng_state
 
 
 def save_trainer_state(path: str | Path, *, step: int, rng: dict[str, Any], proxy: dict[str, int],
                        warm_started: bool = False) -> None:
     """Step counter, RNG states, the agent proxy's seed counters and whether the warm start ran (``torch.save``)."""
-    torch.save({"step": int(step), "rng": rng, "proxy": dict(proxy), "warm_started": bool(warm_started)}, path)
+    state = {"step": int(step), "rng": rng, "proxy": redact(dict(proxy)), "warm_started": bool(warm_started)}
+    torch.save(state, path)
 
 
 @contextmanager

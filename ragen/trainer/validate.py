@@ -315,5 +315,19 @@ def validate(cfg: TrainConfig) -> None:
     problems = list(dict.fromkeys(problems))
     if not any("world_size" in p or "n_groups" in p for p in problems):
         problems += check_batches(cfg)
+    if not problems:
+        problems += _check_agent_config(cfg)
     if problems:
         raise ConfigError(problems)
+
+
+def _check_agent_config(cfg: TrainConfig) -> list[str]:
+    """The agent proxy's own checks (``AgentConfig.__post_init__``: sizes, timeouts...), so they also fail before
+    any worker starts; messages name the trainer's keys."""
+    try:
+        cfg.agent_config()
+    except ValueError as exc:
+        msg = str(exc).replace("AgentConfig.max_turn", "env.max_turn")
+        return [msg.replace("AgentConfig.max_actions_per_turn", "env.max_actions_per_turn").replace(
+            "AgentConfig.", "agent.")]
+    return []

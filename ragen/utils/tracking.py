@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from ragen.utils.redaction import redact, redact_text
+
 KNOWN_LOGGERS = ("console", "jsonl", "wandb")
 
 
@@ -175,10 +177,11 @@ class Tracker:
         if "jsonl" in loggers:
             self._loggers.append(JsonlLogger(self.jsonl_path, append=append))
         if "wandb" in loggers:
-            self._loggers.append(WandbLogger(project, experiment, self.run_dir, config or {}))
+            self._loggers.append(WandbLogger(redact_text(project), redact_text(experiment), self.run_dir,
+                                             redact(config or {})))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        clean = {k: float(v) for k, v in metrics.items()}
+        clean = {redact_text(k): float(v) for k, v in metrics.items()}  # names may embed env text
         for logger in self._loggers:
             logger.log(clean, step)
 

@@ -95,6 +95,36 @@ def _free_port() -> tuple[str, int]:
         return ray.util.get_node_ip_address(), s.getsockname()[1]
 
 
+# ---------------------------------------------------------------------------- worker failures (issue 13, faults)
+class WorkerFailure(RuntimeError):
+    """A remote worker died (its process was killed, crashed or was lost with its node) or did not answer within
+    the group's ``call_timeout_s``; the message names the role, rank and method."""
+
+
+def get_results(refs: list, role: str, method: str, timeout_s: float | None) -> list:
+    """``ray.get`` the per-rank results of one call; a dead actor or a call past ``timeout_s`` seconds (shared by
+    all ranks; None = wait forever) raises :class:`WorkerFailure` naming ``role``, the rank and ``method``.
+    Exceptions raised by the worker's own code propagate unchanged."""
+    import time
+
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    deadline = None if timeout_s is None or timeout_s <= 0 else time.monotonic() + timeout_s
+    out = []
+    for rank, ref in enumerate(refs):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            out.append(ray.get(ref, timeout=left))
+        except RayActorError as exc:
+            raise WorkerFailure(f"{role} worker rank {rank} died during {method}() "
+                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})") from exc
+        except GetTimeoutError as exc:
+            raise WorkerFailure(f"{role} worker rank {rank} did not finish {method}() within "
+                                f"trainer.worker_call_timeout_s={timeout_s:g} s (hung or too slow)") from exc
+    return out
+
+
 class WorkerGroup:
     """``world_size`` Ray actors of ``worker_cls`` (constructed as ``worker_cls(rank=r, world_size=W,
     master_addr=..., master_port=..., **init_kwargs)``), one placement-group bundle each.
@@ -103,12 +133,13 @@ class WorkerGroup:
     ``mini_batch_size``: the global mini-batch size batches are sharded by (default: ``init_kwargs["cfg"]``'s).
     ``placement_group``: an existing Ray placement group with >= world_size bundles (e.g. to co-locate the actor
     and critic groups); by default the group creates and owns one. Ray must already be initialised
-    (``ray.init(...)``) by the driver.
+    (``ray.init(...)``) by the driver. ``call_timeout_s``: seconds a ``call`` / ``call_rank0`` may take (None = no
+    limit); a dead rank or a timeout raises :class:`WorkerFailure` naming ``role`` (default: the class name).
     """
 
     def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
                  placement_group: Any = None, ready_timeout_s: float = 600.0, mini_batch_size: int | None = None,
-                 **init_kwargs: Any):
+                 call_timeout_s: float | None = None, role: str | None = None, **init_kwargs: Any):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -117,6 +148,7 @@ class WorkerGroup:
         if not ray.is_initialized():
             raise RuntimeError("WorkerGroup needs Ray: call ray.init() (or set RAY_ADDRESS) before creating it")
         self.world_size = world_size
+        self.call_timeout_s, self.role = call_timeout_s, role or worker_cls.__name__
         self.mini_batch_size = mini_batch_size or getattr(init_kwargs.get("cfg"), "mini_batch_size", None)
         res = dict(resources_per_worker or {"CPU": 1})
         self._owns_pg = placement_group is None
@@ -156,19 +188,17 @@ class WorkerGroup:
     def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
         """Run ``method`` on every rank (rank r gets its share of every global mini-batch of ``batch``) and combine
         the results (per-row tensors back in ``batch``'s row order)."""
-        import ray
 
         parts, rows = _split(batch, self.world_size, self.mini_batch_size)
         refs = [getattr(w, method).remote(*_call_args(p), **kw) for w, p in zip(self.workers, parts, strict=True)]
-        return combine(ray.get(refs), rows)
+        return combine(get_results(refs, self.role, method, self.call_timeout_s), rows)
 
     def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
         """Run ``method`` on every rank (collectives such as ``full_state_dict`` need all ranks) and return
         rank 0's result."""
-        import ray
 
         refs = [getattr(w, method).remote(*args, **kw) for w in self.workers]
-        return ray.get(refs)[0]
+        return get_results(refs, self.role, method, self.call_timeout_s)[0]
 
     def shutdown(self) -> None:
         """Kill the actors and release the placement group this group created."""

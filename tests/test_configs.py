@@ -118,3 +118,11 @@ def test_validation_decodes_greedily_by_default(default_tokenizer):
     _, same = build_proxies(to_train_config(compose("base", ["rollout.val_temperature=null"])), engine,
                             default_tokenizer)
     assert same.cfg.temperature == 1.0
+
+
+def test_nested_sections_are_built_and_type_checked_by_key():
+    """rollout.vllm is a nested section: its mapping becomes a VLLMSection, and a wrong type names the nested key."""
+    cfg = to_train_config(compose("ppo_bandit", ["rollout.vllm.max_num_seqs=8"]))
+    assert cfg.rollout.vllm.max_num_seqs == 8 and cfg.rollout.vllm.placement == "colocated"
+    with pytest.raises(ConfigError, match=r"rollout\.vllm\.max_num_seqs='abc' has the wrong type: expected int"):
+        to_train_config(compose("ppo_bandit", ["rollout.vllm.max_num_seqs=abc"]))

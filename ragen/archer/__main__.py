@@ -17,6 +17,7 @@ from ragen.trainer.config import ConfigError
 @hydra.main(config_path=str(config_dir()), config_name="archer_twenty_questions", version_base="1.3")
 def main(cfg) -> None:
     from ragen.archer.main import run, validate_archer
+    from ragen.trainer.main import run_cli
 
     try:
         train_cfg = to_train_config(cfg)
@@ -24,9 +25,7 @@ def main(cfg) -> None:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
-    metrics = run(train_cfg)
-    keys = [k for k in sorted(metrics) if k.startswith(("val/env/", "reward/", "critic/q_loss"))]
-    print("[ragen.archer] done:", ", ".join(f"{k}={metrics[k]:.4g}" for k in keys))
+    run_cli(train_cfg, label=f"{train_cfg.archer.algorithm} done", runner=run)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ The policy lives in the project's policy worker group (Ray placement group ranks
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from ragen.trainer.derived import actor_worker_config
 from ragen.trainer.state import rng_preserved, trim_metrics
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
-from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from ragen.utils.seeding import get_rng_state, set_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import Tracker
 
@@ -80,12 +79,7 @@ class ArcherTrainer:
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self) -> None:
         cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
-        seed_everything(cfg.trainer.seed)
-        threads = builders.driver_threads(cfg)
-        if threads:
-            torch.set_num_threads(threads)
+        builders.prepare_run(cfg, self.run_dir)
         self.model_path, self.tokenizer = builders.prepare_model(cfg)
         builders.start_ray(cfg)
         wt = builders.worker_threads(cfg)
@@ -99,8 +93,7 @@ class ArcherTrainer:
         if resumed is not None:
             self.load_checkpoint(resumed)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if resumed is None else self.step)
-        self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
-                               experiment=cfg.trainer.experiment_name, config=cfg.to_dict(), append=True)
+        self.tracker = builders.tracker(cfg, self.run_dir)
 
     def shutdown(self) -> None:
         for group in self.workers.values():

@@ -23,6 +23,35 @@ from ragen.utils.process import ENV_VAR as NICE_VAR
 from ragen.utils.process import niceness
 
 
+def prepare_run(cfg: TrainConfig, run_dir: Path) -> None:
+    """Process set-up every trainer shares: the run folder with its ``config.json`` (secrets redacted,
+    ``ragen.utils.redaction``), the seeds, the driver's torch threads and deterministic algorithms if asked."""
+    import json
+
+    import torch
+
+    from ragen.utils.redaction import redact
+    from ragen.utils.seeding import seed_everything
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps(redact(cfg.to_dict()), indent=2, default=str))
+    seed_everything(cfg.trainer.seed)
+    threads = driver_threads(cfg)
+    if threads:
+        torch.set_num_threads(threads)
+    if cfg.trainer.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def tracker(cfg: TrainConfig, run_dir: Path) -> Any:
+    """The run's metric loggers (``trainer.loggers``); the config they record is redacted."""
+    from ragen.utils.redaction import redact, redact_text
+    from ragen.utils.tracking import Tracker
+
+    return Tracker(cfg.trainer.loggers, run_dir, project=cfg.trainer.project_name,
+                   experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()), append=True)
+
+
 def prepare_model(cfg: TrainConfig) -> tuple[str, Any]:
     """A local model folder (config + safetensors + tokenizer) for the policy, and its tokenizer.
 

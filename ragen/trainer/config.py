@@ -412,6 +412,13 @@ def _type_problems(name: str, cls: type, values: dict[str, Any]) -> dict[str, st
     types = {f.name: str(f.type) for f in fields(cls)}
     out = {}
     for key, value in values.items():
+        nested = globals().get(types.get(key, ""))
+        if dataclasses.is_dataclass(nested) and isinstance(value, dict):  # e.g. rollout.vllm: check its own keys
+            valid = {f.name for f in fields(nested)}
+            inner = _type_problems(f"{name}.{key}", nested, {k: v for k, v in value.items() if k in valid})
+            if inner:
+                out[key] = "; ".join(inner.values())
+            continue
         if key in types and not _matches(value, types[key]):
             example = _EXAMPLES.get(types[key].split("|")[0].strip().split("[")[0], "")
             out[key] = (f"{name}.{key}={value!r} has the wrong type: expected {types[key]}"

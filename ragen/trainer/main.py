@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,14 @@ def _ray_running() -> Any:
     return ray.is_initialized()
 
 
-def run_cli(cfg: TrainConfig, label: str = "done") -> dict[str, float]:
-    """:func:`run` behind the quiet console (``trainer.verbose=false``: the rest of the output in
-    ``<run dir>/train.log``), then the final summary on the terminal."""
+def run_cli(cfg: TrainConfig, label: str = "done",
+            runner: Callable[[TrainConfig], dict[str, float]] | None = None) -> dict[str, float]:
+    """``runner`` (default :func:`run`; ``ragen.archer.main.run`` for the ArCHer family) behind the quiet console
+    (``trainer.verbose=false``: the rest of the output in ``<run dir>/train.log``), then the final summary on the
+    terminal."""
     log_path = Path(cfg.trainer.output_dir) / "train.log"
     with console.quiet_console(log_path, verbose=cfg.trainer.verbose):
-        metrics = run(cfg)
+        metrics = (runner or run)(cfg)
         console.say(final_summary(cfg, metrics, label, None if cfg.trainer.verbose else log_path))
     return metrics
 

@@ -14,7 +14,6 @@ trainer state, saved with every checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -37,10 +36,10 @@ from ragen.utils import console
 from ragen.utils.checkpoint import latest_checkpoint, resolve_resume, write_checkpoint
 from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import memory_stats
-from ragen.utils.redaction import redact, redact_text
-from ragen.utils.seeding import get_rng_state, seed_everything, set_rng_state
+from ragen.utils.redaction import redact_text
+from ragen.utils.seeding import get_rng_state, set_rng_state
 from ragen.utils.timing import timed
-from ragen.utils.tracking import Tracker, bar_postfix
+from ragen.utils.tracking import bar_postfix
 from ragen.workers.group import WorkerFailure
 
 
@@ -65,14 +64,7 @@ class PPOTrainer:
     def setup(self, *, with_workers: bool = True) -> None:
         """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
         cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(redact(cfg.to_dict()), indent=2, default=str))
-        seed_everything(cfg.trainer.seed)
-        threads = builders.driver_threads(cfg)
-        if threads:
-            torch.set_num_threads(threads)
-        if cfg.trainer.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+        builders.prepare_run(cfg, self.run_dir)
         self.model_path, self.tokenizer = builders.prepare_model(cfg)
         pg = None
         if with_workers:
@@ -91,9 +83,7 @@ class PPOTrainer:
         if self.resumed_from is not None:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
-        self.tracker = Tracker(cfg.trainer.loggers, self.run_dir, project=cfg.trainer.project_name,
-                               experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()),
-                               append=True)
+        self.tracker = builders.tracker(cfg, self.run_dir)
 
     def shutdown(self) -> None:
         for group in self.workers.values():

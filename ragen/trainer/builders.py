@@ -126,7 +126,7 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement
     if device(train_cfg) == "cuda":
         resources["GPU"] = GPU_SHARE[role]
     return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, placement_group=placement_group,
-                       role=role, call_timeout_s=train_cfg.trainer.worker_call_timeout_s, **init_kwargs)
+                       label=role, call_timeout_s=train_cfg.trainer.worker_call_timeout_s, **init_kwargs)
 
 
 def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None) -> dict[str, Any]:

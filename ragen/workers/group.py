@@ -134,12 +134,13 @@ class WorkerGroup:
     ``placement_group``: an existing Ray placement group with >= world_size bundles (e.g. to co-locate the actor
     and critic groups); by default the group creates and owns one. Ray must already be initialised
     (``ray.init(...)``) by the driver. ``call_timeout_s``: seconds a ``call`` / ``call_rank0`` may take (None = no
-    limit); a dead rank or a timeout raises :class:`WorkerFailure` naming ``role`` (default: the class name).
+    limit); a dead rank or a timeout raises :class:`WorkerFailure` naming ``label`` (default: the init kwarg
+    ``role``, else the class name; ``role`` itself goes to the workers' constructors).
     """
 
     def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
                  placement_group: Any = None, ready_timeout_s: float = 600.0, mini_batch_size: int | None = None,
-                 call_timeout_s: float | None = None, role: str | None = None, **init_kwargs: Any):
+                 call_timeout_s: float | None = None, label: str | None = None, **init_kwargs: Any):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -148,7 +149,8 @@ class WorkerGroup:
         if not ray.is_initialized():
             raise RuntimeError("WorkerGroup needs Ray: call ray.init() (or set RAY_ADDRESS) before creating it")
         self.world_size = world_size
-        self.call_timeout_s, self.role = call_timeout_s, role or worker_cls.__name__
+        self.call_timeout_s = call_timeout_s
+        self.role = label or init_kwargs.get("role") or worker_cls.__name__
         self.mini_batch_size = mini_batch_size or getattr(init_kwargs.get("cfg"), "mini_batch_size", None)
         res = dict(resources_per_worker or {"CPU": 1})
         self._owns_pg = placement_group is None

@@ -15,8 +15,11 @@ from ragen.workers.group import WorkerFailure, get_results
 class Doomed:
     """A worker whose rank 1 can be killed (SIGKILL on its own process) or hung on request."""
 
-    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int) -> None:
-        self.rank = rank
+    def __init__(self, rank: int, world_size: int, master_addr: str, master_port: int, role: str = "actor") -> None:
+        self.rank, self.role = rank, role
+
+    def get_role(self) -> str:
+        return self.role
 
     def ping(self) -> int:
         return self.rank
@@ -41,7 +44,7 @@ def test_dead_and_hung_ranks_are_named_not_waited_for():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
              runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     try:
-        group = WorkerGroup(Doomed, world_size=2, role="critic", call_timeout_s=60.0,
+        group = WorkerGroup(Doomed, world_size=2, label="critic", call_timeout_s=60.0,
                             resources_per_worker={"CPU": 0.5})
         assert group.call_rank0("work") == 0
         pids = [ray.get(w.pid.remote()) for w in group.workers]
@@ -54,6 +57,10 @@ def test_dead_and_hung_ranks_are_named_not_waited_for():
             get_results([group.workers[0].work.remote(mode="hang_any")], "actor", "work", 2.0)
         assert time.perf_counter() - t0 < 30
         group.shutdown()
+        # a worker's own ``role`` reaches its constructor (the group only borrows it for its messages)
+        ref = WorkerGroup(Doomed, world_size=1, role="ref", resources_per_worker={"CPU": 0.5})
+        assert ref.call_rank0("get_role") == "ref" and ref.role == "ref"
+        ref.shutdown()
     finally:
         ray.shutdown()
     assert len(set(pids)) == 2  # two real processes

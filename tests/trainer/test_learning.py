@@ -1,11 +1,13 @@
 """Learning checks: short runs of the default model whose validation success must rise (and, for the negative
-controls, must not). Validation is greedy on fixed seeds.
+controls, must not). Validation is on fixed seeds: greedy for delayed_choice, sampled for the bandit (a two-arm
+policy's greedy score is 0 or 1 on the smallest preference; see config/bandit_gae_learning_check.yaml).
 
 All are marked ``learning``: they run in ``scripts/learning_check.sh``, not in the default run (each takes 10-20
 minutes of 2 CPU cores with fp32). The CI-sized checks of the same machinery are
 tests/workers/test_critic_alignment.py (a trained critic gives the decisive token its advantage) and
 tests/workers/test_update_direction.py (an update moves log-probs with the advantages' signs).
-- PPO with token GAE and a critic on the bandit (train_ppo.sh's setting), GRPO on the bandit, and credit assignment
+- PPO with token GAE and a critic on the bandit (train_ppo.sh's setting) and GRPO on the bandit, each after a
+  format-only warm start and for both arm assignments (the warm-started model prefers one arm), and credit assignment
   across turns on ``delayed_choice`` (the door chosen at turn 1 decides a reward paid after turn 2) for
   bilevel_gae, turn_gae, gigpo and ms_grpo, each with a negative control that cannot carry the final reward back
   to turn 1 and must stay under the same threshold on the same seeds.
@@ -52,22 +54,39 @@ def learning_run(tmp_path: Path, config: str, overrides: list[str], label: str) 
     return before, after, records
 
 
+# Both arm assignments: the format-only warm start leaves the model preferring "dragon" (~78%), so only a policy
+# that learns from the rewards which arm pays ends >= 0.8 in both.
+BANDIT_ARMS = [
+    ("dragon pays", []),
+    ("phoenix pays", ["env.config.low_arm=dragon", "env.config.high_arm=phoenix"]),
+]
+
+
 @pytest.mark.learning
 @pytest.mark.timeout(2700)
-def test_bandit_gae_with_critic_learns(tmp_path):
-    """train_ppo.sh's estimator (token GAE, critic) raises greedy validation success on 32 fixed seeds, and the
-    critic explains a positive share of the returns' variance by the last step."""
-    before, after, records = learning_run(tmp_path, "bandit_gae_learning_check", [], "bandit / gae + critic")
-    assert after >= 0.8 and after >= before + 0.3, (before, after)
+@pytest.mark.parametrize(("label", "overrides"), BANDIT_ARMS, ids=[a[0] for a in BANDIT_ARMS])
+def test_bandit_gae_with_critic_learns(tmp_path, label, overrides):
+    """train_ppo.sh's estimator (token GAE, critic) after a format-only warm start (random legal arms): sampled
+    validation success on 64 fixed seeds ends >= 0.8 whichever arm pays. Against the warm-start prior (phoenix
+    pays) the batches mix both arms for several steps, and there the critic must explain a positive share of the
+    returns' variance; with the prior (dragon pays) every episode succeeds from step 2 on, the returns are constant
+    and explained variance is undefined (not logged)."""
+    before, after, records = learning_run(tmp_path, "bandit_gae_learning_check", overrides,
+                                          f"bandit / gae + critic, {label}")
+    warm = next(r["val/env/bandit/success"] for r in records if r.get("val/after_warm_start"))
+    assert after >= 0.8, (label, before, warm, after)
     ev = [r["critic/vf_explained_var"] for r in records if "critic/vf_explained_var" in r]
-    assert ev and ev[-1] > 0.0, ev
+    if label == "phoenix pays":
+        assert ev and max(ev) > 0.0, ev
 
 
 @pytest.mark.learning
 @pytest.mark.timeout(2700)
-def test_bandit_grpo_learns(tmp_path):
-    before, after, _ = learning_run(tmp_path, "bandit_learning_check", [], "bandit / grpo")
-    assert after >= 0.8 and after >= before + 0.3, (before, after)
+@pytest.mark.parametrize(("label", "overrides"), BANDIT_ARMS, ids=[a[0] for a in BANDIT_ARMS])
+def test_bandit_grpo_learns(tmp_path, label, overrides):
+    before, after, records = learning_run(tmp_path, "bandit_learning_check", overrides, f"bandit / grpo, {label}")
+    warm = next(r["val/env/bandit/success"] for r in records if r.get("val/after_warm_start"))
+    assert after >= 0.8, (label, before, warm, after)
 
 
 # (label, overrides, learns): the threshold is the same for a method and its control, on the same seeds.

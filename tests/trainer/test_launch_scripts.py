@@ -27,8 +27,8 @@ def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name,
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["env"]["name"], config["algorithm"]["estimator"]) == (env_name, estimator)
     records = read_metrics(run_dir)
-    warm = [r for r in records if "sft/step" in r]  # the multi-turn scripts warm-start by default
-    assert len(warm) == (0 if script == "train_ppo.sh" else 6)
+    warm = [r for r in records if "sft/step" in r]  # train_ppo_multi_turn.sh warm-starts by default
+    assert len(warm) == (6 if script == "train_ppo_multi_turn.sh" else 0)
     records = [r for r in records if r not in warm and not r.get("val/after_warm_start")]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert_all_finite(records)

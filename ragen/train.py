@@ -6,27 +6,17 @@ composed config without running. A config error exits with status 2 and one line
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 
-from ragen.trainer.compose import config_dir, to_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.compose import config_dir
 
 
 @hydra.main(config_path=str(config_dir()), config_name="base", version_base="1.3")
 def main(cfg) -> None:
-    from ragen.trainer.main import run_cli
+    from ragen.trainer.main import cli_main
+    from ragen.trainer.validate import validate
 
-    try:
-        train_cfg = to_train_config(cfg)
-        from ragen.trainer.validate import validate
-
-        validate(train_cfg)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)
-    run_cli(train_cfg)
+    cli_main(cfg, validate)
 
 
 if __name__ == "__main__":

@@ -6,26 +6,17 @@ Same config tree as ``python -m ragen.train`` (``config/``); the ``archer`` sect
 
 from __future__ import annotations
 
-import sys
-
 import hydra
 
-from ragen.trainer.compose import config_dir, to_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.compose import config_dir
 
 
 @hydra.main(config_path=str(config_dir()), config_name="archer_twenty_questions", version_base="1.3")
 def main(cfg) -> None:
     from ragen.archer.main import run, validate_archer
-    from ragen.trainer.main import run_cli
+    from ragen.trainer.main import cli_main
 
-    try:
-        train_cfg = to_train_config(cfg)
-        validate_archer(train_cfg)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)
-    run_cli(train_cfg, label=f"{train_cfg.archer.algorithm} done", runner=run)
+    cli_main(cfg, validate_archer, label=f"{cfg.archer.algorithm} done", runner=run)
 
 
 if __name__ == "__main__":

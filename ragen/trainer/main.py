@@ -66,3 +66,21 @@ def final_summary(cfg: TrainConfig, metrics: dict[str, float], label: str = "don
              ("log", log_path)]
     lines += [f"[ragen] {name:<10} {path}" for name, path in paths if path is not None and Path(path).exists()]
     return "\n".join(lines)
+
+
+def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done",
+             runner: Callable[[TrainConfig], dict[str, float]] | None = None) -> dict[str, float]:
+    """The body of a Hydra entry point: build the frozen config, ``check`` it (a ``ConfigError`` exits with status 2
+    and one line per problem, before anything starts), then :func:`run_cli`."""
+    import sys
+
+    from ragen.trainer.compose import to_train_config
+    from ragen.trainer.config import ConfigError
+
+    try:
+        train_cfg = to_train_config(cfg)
+        check(train_cfg)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        sys.exit(2)
+    return run_cli(train_cfg, label=label, runner=runner)

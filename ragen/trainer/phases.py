@@ -207,19 +207,11 @@ def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:
             for ep in batch.episodes if ep.failed]
 
 
-def append_jsonl(path: str | Path, records: list[dict]) -> None:
-    """Append ``records`` (secrets redacted) to a JSONL file."""
+def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> Path:
+    """Write (or ``append``) ``records`` as JSON lines, secrets redacted (``ragen.utils.redaction``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(redact(rec)) + "\n")
-
-
-def write_jsonl(path: str | Path, records: list[dict]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
         for rec in records:
             fh.write(json.dumps(redact(rec)) + "\n")
     return path

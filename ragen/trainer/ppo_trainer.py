@@ -149,7 +149,7 @@ class PPOTrainer:
         metrics.update(self._seed_metrics(batch))
         errors = phases.failed_episode_records(batch, self.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
-            phases.append_jsonl(self.run_dir / "env_errors.jsonl", errors)
+            phases.write_jsonl(self.run_dir / "env_errors.jsonl", errors, append=True)
         with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)

@@ -11,7 +11,11 @@ setup(
     name="ragen",
     version="0.1.0",
     description="Training LLM agents with multi-turn reinforcement learning",
-    packages=find_packages(include=["ragen", "ragen.*"]),
+    packages=find_packages(include=["ragen", "ragen.*"])
+    + ["ragen_external." + p for p in find_packages("external", exclude=["*.tests", "*.tests.*", "tests"])]
+    + ["ragen_external"],
+    # external/ is importable as ragen_external (bridges to outside systems, one extra each: see external/README.md).
+    package_dir={"ragen_external": "external"},
     package_data={"ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"]},
     include_package_data=True,
     python_requires=">=3.10",

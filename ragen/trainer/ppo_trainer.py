@@ -29,7 +29,7 @@ from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
 from ragen.trainer import builders, numerics, phases, placement, report_phase, turn_layout
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import engine_gpus, world_size
+from ragen.trainer.derived import engine_gpus, uses_kl, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
@@ -161,9 +161,10 @@ class PPOTrainer:
             old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
         ref_lp = None
-        if ref is not None:
+        if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
             with self._timed("ref_log_probs", t):
-                ref_lp = ref.call("compute_log_probs", tb)
+                ref_lp = (ref.call("compute_log_probs", tb) if ref is not None
+                          else actor.call("compute_ref_log_probs", tb))
         values = last_values = None
         if critic is not None:
             with self._timed("values", t):

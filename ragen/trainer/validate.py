@@ -101,7 +101,10 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
         out.append(f"algorithm.return_mode={alg.return_mode!r} is unknown; use one of {RETURN_MODES}")
     if alg.kl_kind not in KL_KINDS:
         out.append(f"algorithm.kl_kind={alg.kl_kind!r} is unknown; use one of {KL_KINDS}")
-    if uses_kl(cfg) and not needs_ref(cfg):
+    if cfg.actor.lora and cfg.ref.enable:
+        out.append(f"ref.enable=true with actor.lora_rank={cfg.actor.lora_rank}: a LoRA actor is its own reference "
+                   "(adapters off); set ref.enable=null")
+    elif uses_kl(cfg) and not needs_ref(cfg) and not cfg.actor.lora:
         out.append("a KL term is on (actor.use_kl_loss or algorithm.kl_in_reward) but ref.enable=false; "
                    "set ref.enable=true (or null) or turn the KL term off")
     return out

@@ -1,5 +1,8 @@
 """Policy worker: the actor (PPO updates) or the frozen reference policy, one instance per rank.
 
+With ``cfg.lora_rank > 0`` the actor trains LoRA adapters on a frozen base (``ragen.workers.lora``) and is its own
+reference (``compute_ref_log_probs``: adapters off); rollout engines and checkpoints get merged weights.
+
 Each rank holds an FSDP2 shard of the causal LM (world size 1: the plain module) wrapped in
 ``LogProbModel`` so one root forward computes chunked token log-probs. The batch a worker receives is its
 rank-local shard (``WorkerGroup`` splits the global batch). Loss (``ragen.algorithms.losses``):
@@ -22,6 +25,7 @@ from ragen.workers import dist as D
 from ragen.workers.config import ActorConfig
 from ragen.workers.data import TrainBatch
 from ragen.workers.logprob import LogProbModel
+from ragen.workers.lora import ADAPTER_FILE, adapter_state, adapters_disabled, add_lora, merge_lora, to_lora_keys
 from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 
 ROLES = ("actor", "ref")
@@ -61,6 +65,9 @@ class PolicyWorker:
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
         lm = build_causal_lm(model_name_or_path, tiny, cache_dir)
+        self.lora = cfg.lora and role == "actor"
+        if self.lora:
+            add_lora(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
         if cfg.gradient_checkpointing and role == "actor":
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.config = lm.config
@@ -90,6 +97,15 @@ class PolicyWorker:
         """
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, lambda b: self._log_probs(b, with_entropy=False)[0])
+
+    def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor:
+        """Log-probs (B_local, T) of the reference policy of a LoRA actor: the frozen base, adapters off. Same
+        positions as ``compute_log_probs``."""
+        if not self.lora:
+            raise RuntimeError("compute_ref_log_probs() needs a LoRA actor (actor.lora_rank > 0); without LoRA the "
+                               "reference is its own worker group (role='ref')")
+        with adapters_disabled(self.module):
+            return self.compute_log_probs(batch)
 
     # ---------------------------------------------------------------------------------------------- update
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
@@ -159,6 +175,8 @@ class PolicyWorker:
         """Full unsharded fp32 weights with transformers key names (``model.layers.0...``) on rank 0, ``{}`` on
         other ranks (all ranks must call). For syncing rollout engines."""
         state = D.full_state_dict(self.module)
+        if self.lora:
+            state = merge_lora(state, self.cfg.lora_alpha / self.cfg.lora_rank)
         return {k[len("lm."):]: v for k, v in state.items()}
 
     # NCCL sync to a separately placed vLLM engine (ragen.workers.weight_broadcast; GPU only)
@@ -187,13 +205,20 @@ class PolicyWorker:
 
     def save(self, dir: str) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
-        generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it) and, for the
-        actor, ``optimizer.pt`` (full optimizer + lr scheduler state, world-size independent)."""
+        generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it; a LoRA actor
+        writes its merged weights there and its adapters to ``lora/adapter.safetensors``) and, for the actor,
+        ``optimizer.pt`` (full optimizer + lr scheduler state, world-size independent)."""
         directory = Path(dir)
-        state = self.full_state_dict()
+        raw = D.full_state_dict(self.module)
         if self.rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
-            self.module.lm.save_pretrained(directory, state_dict=state)
+            merged = merge_lora(raw, self.cfg.lora_alpha / self.cfg.lora_rank) if self.lora else raw
+            self.module.lm.save_pretrained(directory, state_dict={k[len("lm."):]: v for k, v in merged.items()})
+            if self.lora:
+                from safetensors.torch import save_file
+
+                (directory / ADAPTER_FILE).parent.mkdir(exist_ok=True)
+                save_file({k: v.contiguous() for k, v in adapter_state(raw).items()}, directory / ADAPTER_FILE)
             self._save_tokenizer(directory)
         D.barrier()
         if self.trainable is not None:
@@ -210,16 +235,34 @@ class PolicyWorker:
             print(f"[PolicyWorker] no tokenizer saved with the checkpoint ({exc})")
 
     def load(self, dir: str) -> None:
-        """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``."""
+        """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``.
+
+        A LoRA actor loads a LoRA checkpoint as base = merged - scale * B @ A plus the adapters (fp32 round-off
+        ~1e-7 relative), and a plain checkpoint as its frozen base with the adapters left as they are."""
         from transformers import AutoModelForCausalLM
 
         directory = Path(dir)
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
-        D.load_full_state_dict(self.module, {f"lm.{k}": v for k, v in lm.state_dict().items()})
+        state = {f"lm.{k}": v for k, v in lm.state_dict().items()}
         del lm
+        if not self.lora:
+            D.load_full_state_dict(self.module, state)
+        else:
+            D.load_full_state_dict(self.module, self._lora_state(state, directory / ADAPTER_FILE), strict=False)
         if self.trainable is not None and (directory / "optimizer.pt").is_file():
             self.trainable.load_state(directory)
         D.barrier()
+
+    def _lora_state(self, merged: dict[str, torch.Tensor], adapter_file: Path) -> dict[str, torch.Tensor]:
+        """Full LoRA state dict (base under ``base_layer`` names, plus adapters when ``adapter_file`` exists)."""
+        state = to_lora_keys(merged, list(self.module.state_dict()))
+        if adapter_file.is_file():
+            from safetensors.torch import load_file
+
+            adapters = load_file(adapter_file)
+            unmerged = merge_lora({**state, **adapters}, -self.cfg.lora_alpha / self.cfg.lora_rank)
+            state = {**to_lora_keys(unmerged, list(state)), **adapters}
+        return state
 
     def ping(self) -> int:
         """Returns the rank (readiness check for worker groups)."""

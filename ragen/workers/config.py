@@ -14,7 +14,7 @@ value clip 0.5, KL as a k3 ("low-variance") loss when enabled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ragen.utils.hardware import MIXED_PRECISIONS
 
@@ -22,6 +22,8 @@ LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = MIXED_PRECISIONS  # ("auto", "bf16", "fp32")
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
+# Every linear map of a Llama-style decoder layer (mirrors ragen.workers.lora.DEFAULT_TARGETS; peft is imported lazily).
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _check_common(cfg, prefix: str) -> None:
@@ -71,6 +73,10 @@ class ActorConfig:
     else fp32 (resolved by the worker, ``ragen.utils.hardware``; the config keeps ``'auto'``).
     ``log_prob_chunk_size`` = tokens per lm_head chunk in ``token_log_probs`` (bounds the logits memory);
     ``checkpoint_lm_head`` recomputes each chunk's logits in backward instead of keeping them.
+    LoRA (``ragen.workers.lora``): ``lora_rank`` > 0 trains rank-``lora_rank`` adapters (scale ``lora_alpha /
+    lora_rank``) on the ``lora_target_modules`` linears with the base frozen, at ``lora_lr`` (replaces ``lr``:
+    adapters starting from B = 0 need a larger step than full weights); the reference policy is then the actor
+    with its adapters off (no reference worker).
     """
 
     lr: float = 1e-6
@@ -100,9 +106,29 @@ class ActorConfig:
     gradient_checkpointing: bool = False
     mixed_precision: str = "auto"
     seed: int = 0
+    lora_rank: int = 0
+    lora_alpha: float = 32.0
+    lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
+    lora_lr: float = 1e-4
+
+    @property
+    def lora(self) -> bool:
+        return self.lora_rank > 0
+
+    @property
+    def train_lr(self) -> float:
+        """The learning rate the optimizer uses: ``lora_lr`` with LoRA, else ``lr``."""
+        return self.lora_lr if self.lora else self.lr
 
     def __post_init__(self) -> None:
         _check_common(self, "actor")
+        object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))  # YAML gives a list
+        if self.lora_rank < 0:
+            raise ValueError(f"actor.lora_rank={self.lora_rank} must be >= 0 (0 = train all weights, e.g. 16 = LoRA)")
+        if self.lora and (self.lora_alpha <= 0 or self.lora_lr <= 0 or not self.lora_target_modules):
+            raise ValueError(f"actor.lora_rank={self.lora_rank} needs actor.lora_alpha > 0 (got {self.lora_alpha}), "
+                             f"actor.lora_lr > 0 (got {self.lora_lr}) and some actor.lora_target_modules "
+                             f"(got {list(self.lora_target_modules)}, e.g. [q_proj, v_proj])")
         if self.clip_low < 0 or self.clip_high < 0:
             raise ValueError(f"actor.clip_low={self.clip_low} / actor.clip_high={self.clip_high} must be >= 0")
         if self.dual_clip is not None and self.dual_clip <= 1.0:

@@ -123,14 +123,15 @@ def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Load a full state dict (every rank passes the same dict) into a plain or sharded model."""
+def load_full_state_dict(model: nn.Module, state: dict[str, torch.Tensor], strict: bool = True) -> None:
+    """Load a full state dict (every rank passes the same dict) into a plain or sharded model; ``strict=False``
+    leaves the parameters ``state`` does not name as they are (e.g. LoRA adapters when loading a plain model)."""
     if not is_sharded():
-        model.load_state_dict(state)
+        model.load_state_dict(state, strict=strict)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=strict))
 
 
 def optimizer_full_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:

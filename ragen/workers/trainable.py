@@ -69,7 +69,8 @@ class Trainable:
                              f"{cfg.total_steps}; the trainer derives it from trainer.total_steps "
                              "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+        lr = getattr(cfg, "train_lr", cfg.lr)  # the actor's lora_lr when it trains LoRA adapters
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=cfg.betas, eps=cfg.eps,
                                            weight_decay=cfg.weight_decay, foreach=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.steps = 0

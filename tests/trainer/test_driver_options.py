@@ -122,3 +122,32 @@ def test_thread_counts_per_process(tmp_path, monkeypatch):
     assert builders.driver_threads(two) == 8 and builders.worker_threads(two) == 4
     fixed = load_train_config("ppo_bandit", [*free, "trainer.num_threads=3"])
     assert builders.driver_threads(fixed) == 3 and builders.worker_threads(fixed) == 3
+
+
+def test_lora_actor_is_its_own_reference_and_syncs_merged_weights(tmp_path, monkeypatch):
+    """``actor.lora_rank>0`` with KL in the reward and the loss: no reference worker is built, the reference
+    log-probs come from the actor with adapters off (equal to the old log-probs at step 1, apart at step 2), the
+    engine samples step 2 with the merged weights (sampler/trainer gap as small as at step 1, while the policy
+    moved), and the checkpoint holds merged weights plus the adapters."""
+    calls = []
+    real_ref = PolicyWorker.compute_ref_log_probs
+
+    def spy_ref(self, batch):
+        calls.append(self.role)
+        return real_ref(self, batch)
+
+    monkeypatch.setattr(PolicyWorker, "compute_ref_log_probs", spy_ref)
+    overrides = [*tiny_overrides(tmp_path, 2), *FAST, "algorithm=grpo", "algorithm.kl_in_reward=true",
+                 "actor.use_kl_loss=true", "actor.lora_rank=4", "actor.lora_lr=5e-2", "actor.entropy_coef=0.5",
+                 "rollout.n_groups=4", "actor.mini_batch_size=8", "trainer.report=false"]
+    run(load_train_config("ppo_bandit", overrides))
+    assert calls == ["actor", "actor"]
+    records = [r for r in read_metrics(tmp_path) if "actor/kl_loss" in r]
+    assert_all_finite(records)
+    step1, step2 = records
+    assert abs(step1["actor/kl_loss"]) < 1e-6 and step2["actor/kl_loss"] > 1e-5
+    assert step2["rollout/logprob_diff_max"] < 1e-3  # the engine got the merged weights
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert (ckpt / "actor" / "lora" / "adapter.safetensors").is_file() and not (ckpt / "ref").exists()
+    final, init = load_actor_weights(ckpt), tiny_init_weights()
+    assert set(init) <= set(final) and max(float((final[k] - init[k]).abs().max()) for k in init) > 1e-4

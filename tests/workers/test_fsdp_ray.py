@@ -123,3 +123,30 @@ def test_two_mini_batches_world_size_2_equals_1(ray_cluster, model_dir, agg):
         _close(two.call_rank0("full_state_dict"), one.call_rank0("full_state_dict"))
     finally:
         two.shutdown()
+
+
+@pytest.mark.slow
+def test_lora_actor_world_size_2_equals_1(ray_cluster, model_dir, tmp_path):
+    """LoRA under FSDP2 (frozen base and trainable adapters in the same units): the update, the merged weights the
+    engine receives, the adapters-off reference and a checkpoint all match world size 1."""
+    batch = _batch()
+    acfg = ActorConfig(lora_rank=4, lora_alpha=8.0, lora_lr=1e-2, mini_batch_size=8, micro_batch_size=2,
+                       ppo_epochs=2, mixed_precision="fp32", clip_high=0.2)
+    kw = {"model_name_or_path": model_dir}
+    one = LocalWorkerGroup(PolicyWorker, cfg=dataclasses.replace(acfg, micro_batch_size=8), **kw)
+    two = WorkerGroup(PolicyWorker, 2, resources_per_worker={"CPU": 1}, cfg=acfg, **kw)
+    try:
+        b = batch.with_fields(old_log_probs=one.call("compute_log_probs", batch))
+        m1, m2 = one.call("update", b), two.call("update", b)
+        for k in ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl"):
+            assert m2[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k
+        s1, s2 = one.call_rank0("full_state_dict"), two.call_rank0("full_state_dict")
+        initial = AutoModelForCausalLM.from_pretrained(model_dir).state_dict()
+        assert set(s1) == set(initial) and max(float((s1[k] - v).abs().max()) for k, v in initial.items()) > 1e-4
+        _close(s2, s1)
+        torch.testing.assert_close(two.call("compute_ref_log_probs", b), b.old_log_probs, atol=1e-5, rtol=1e-5)
+        two.call("save", dir=str(tmp_path / "lora2"))
+        one.call("load", dir=str(tmp_path / "lora2"))
+        _close(one.call_rank0("full_state_dict"), s2, atol=1e-5)
+    finally:
+        two.shutdown()

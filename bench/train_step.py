@@ -9,7 +9,9 @@ Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (ol
 log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same precision
 (``--precision``, default ``auto``: bf16 autocast where the CPU has native bf16, else fp32), full log_softmax
 over the logits, the same clipped loss formula, backward, clip, AdamW step.
-Prints the phase breakdown, tokens/s and ``ratio = bare_time / ours`` (goal >= 0.8). With ``--shared-prefix N``
+Prints the phase breakdown, tokens/s, ``ratio = bare_time / ours`` (goal >= 0.8) and the process's peak RSS.
+``--lora R`` also times the LoRA actor (``actor.lora_rank=R``: frozen base, adapters trained) in the same
+alternation and prints ``full / lora``. With ``--shared-prefix N``
 the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
 then runs the shared-prefix packing (``ragen.workers.packing``), the bare loop the plain batch. The two loops alternate
 and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
@@ -19,6 +21,8 @@ only ever adds time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import resource
 import time
 
 import torch
@@ -73,6 +77,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed steps per loop after one warm-up step")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--shared-prefix", type=int, default=0, help="tokens every row shares from position 0")
+    p.add_argument("--lora", type=int, default=0, help="also time a LoRA actor of this rank (0 = no)")
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
                    help="mixed precision of both loops (auto: bf16 only where the CPU has native bf16)")
     args = p.parse_args()
@@ -98,15 +103,22 @@ def main() -> None:
     bare.train()
     opt = torch.optim.AdamW(bare.parameters(), lr=1e-6, weight_decay=0.01, foreach=True)
 
-    ours_times, bare_times = [], []
-    for i in range(args.repeats + 1):  # alternate so background load hits both loops alike; step 0 = warm-up
+    lora = None
+    if args.lora:
+        lora_cfg = dataclasses.replace(cfg, lora_rank=args.lora, lora_alpha=2.0 * args.lora)
+        lora = LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=lora_cfg)
+    ours_times, bare_times, lora_times = [], [], []
+    for i in range(args.repeats + 1):  # alternate so background load hits all loops alike; step 0 = warm-up
         metrics, t_ours = timed(lambda: ours.call("update", batch))
         _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2, precision))
+        t_lora = timed(lambda: lora.call("update", batch))[1] if lora is not None else float("nan")
         print(f"step {i}{' (warm-up)' if i == 0 else ''}: ours update {t_ours:.2f} s, bare {t_bare:.2f} s, "
+              f"{f'lora {t_lora:.2f} s, ' if lora is not None else ''}"
               f"pg_loss {metrics['actor/pg_loss']:.4f}, grad_norm {metrics['actor/grad_norm']:.3f}", flush=True)
         if i > 0:
             ours_times.append(t_ours)
             bare_times.append(t_bare)
+            lora_times.append(t_lora)
     # best of N: on a shared machine background load only ever adds time, so the minimum is the estimate
     t_ours, t_bare = min(ours_times), min(bare_times)
     print(f"\nmodel {name}, batch {args.batch} x {args.seq_len} ({tokens} tokens, response on the second half, "
@@ -118,6 +130,14 @@ def main() -> None:
     print(f"  one PPO actor step      {t_lp + t_ours:7.2f} s   {tokens / (t_lp + t_ours):8.0f} tokens/s")
     print(f"  bare torch update       {t_bare:7.2f} s   {tokens / t_bare:8.0f} tokens/s  (best of {len(bare_times)})")
     print(f"  ratio bare / ours       {t_bare / t_ours:7.2f}   (goal >= 0.8)")
+    if lora is not None:
+        t_lora = min(lora_times)
+        t_lora_lp = timed(lambda: lora.call("compute_log_probs", batch))[1]
+        print(f"  LoRA r={args.lora} actor update  {t_lora:7.2f} s   {tokens / t_lora:8.0f} tokens/s  "
+              f"(log-probs {t_lora_lp:.2f} s)")
+        print(f"  ratio full / lora       {t_ours / t_lora:7.2f}   (> 1: LoRA's update is faster)")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"  peak RSS of this process {peak:6.2f} GB (both models{' + the LoRA actor' if lora else ''})")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,32 @@ from transformers import AutoModel, PreTrainedModel
 HEAD_FILE = "value_head.safetensors"
 
 
+def values_from_hidden(head: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(values (B, T), last_values (B,))`` fp32 from hidden states ``hidden: (B, T, H)`` and a scalar ``head``,
+    in ``ValueModel``'s position convention: ``values[:, t] = head(hidden[:, t - 1])`` (V of the context before
+    token t) where t - 1 and t are real tokens, else 0; ``last_values[b]`` = head on row b's last real token (V
+    after the whole row; 0 for an empty row). Shared by the critic and the actor's value head
+    (``critic.share_backbone``)."""
+    after = head(hidden.to(head.weight.dtype)).squeeze(-1).float()  # after[:, t]: has read token t
+    real = attention_mask > 0
+    prev_real = F.pad(real[:, :-1], (1, 0), value=False)
+    values = torch.where(real & prev_real, F.pad(after[:, :-1], (1, 0)), 0.0)
+    T = real.shape[1]
+    last = (real * torch.arange(1, T + 1, device=real.device)).argmax(dim=1)  # last real position (0: none)
+    last_values = torch.where(real.any(dim=1), after.gather(1, last[:, None]).squeeze(1), 0.0)
+    return values, last_values
+
+
+def zero_value_head(hidden_size: int) -> nn.Linear:
+    """``Linear(hidden_size, 1)`` with zero weight and bias: the first values are exactly 0."""
+    head = nn.Linear(hidden_size, 1)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+    return head
+
+
 class ValueModel(nn.Module):
     """A scalar value head on a causal LM's backbone; ``forward`` returns (values, last_values), fp32.
 
@@ -67,15 +93,7 @@ class ValueModel(nn.Module):
         """
         from ragen.workers.logprob import hidden_states
 
-        hidden = hidden_states(self.backbone, input_ids, attention_mask)
-        after = self.head(hidden.to(self.head.weight.dtype)).squeeze(-1).float()  # after[:, t]: has read token t
-        real = attention_mask > 0
-        prev_real = F.pad(real[:, :-1], (1, 0), value=False)
-        values = torch.where(real & prev_real, F.pad(after[:, :-1], (1, 0)), 0.0)
-        T = real.shape[1]
-        last = (real * torch.arange(1, T + 1, device=real.device)).argmax(dim=1)  # last real position (0: none)
-        last_values = torch.where(real.any(dim=1), after.gather(1, last[:, None]).squeeze(1), 0.0)
-        return values, last_values
+        return values_from_hidden(self.head, hidden_states(self.backbone, input_ids, attention_mask), attention_mask)
 
     def save(self, directory: str | Path, state: dict[str, torch.Tensor] | None = None) -> None:
         """Write the backbone (``save_pretrained``) and the head to ``directory``.

@@ -11,9 +11,11 @@ from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import (
     actor_worker_config,
     critic_worker_config,
+    critic_worker_needed,
     device,
     needs_critic,
     needs_ref,
+    shared_value_head,
     world_size,
 )
 from ragen.trainer.placement import GPU_SHARE
@@ -140,17 +142,26 @@ def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None
     actor_cfg = actor_worker_config(cfg)
     pg = placement_group
     groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", pg, model_name_or_path=model_path,
-                                                  cfg=actor_cfg, role="actor", num_threads=threads)}
+                                                  cfg=actor_cfg, role="actor", num_threads=threads,
+                                                  value_head=shared_value_head(cfg))}
     groups["ref"] = None
     if needs_ref(cfg):
         groups["ref"] = make_group(cfg, PolicyWorker, "ref", pg, model_name_or_path=model_path, cfg=actor_cfg,
                                    role="ref", num_threads=threads)
     groups["critic"] = None
-    if needs_critic(cfg):
+    if critic_worker_needed(cfg):
         groups["critic"] = make_group(cfg, CriticWorker, "critic", pg,
                                       model_name_or_path=cfg.critic.model_path or model_path,
                                       cfg=critic_worker_config(cfg), num_threads=threads)
     return groups
+
+
+def value_worker(cfg: TrainConfig, workers: dict[str, Any]) -> Any:
+    """The group whose ``compute_values`` gives the critic's values: the critic, or the actor when the critic shares
+    its backbone; None without a critic."""
+    if workers.get("critic") is not None:
+        return workers["critic"]
+    return workers["actor"] if shared_value_head(cfg) is not None else None
 
 
 def worker_threads(cfg: TrainConfig) -> int | None:
@@ -197,9 +208,10 @@ def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None
     """The run's start-up block for the console: model, precision, device and workers, env, estimator, sizes and
     where the run writes (run folder, and the log file under the quiet console)."""
     tr, ro = cfg.trainer, cfg.rollout
-    roles = ["actor"] + (["critic"] if needs_critic(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
+    roles = ["actor"] + (["critic"] if critic_worker_needed(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
     ranks = ", ".join(f"{r}={world_size(cfg, r)}" for r in roles)
-    critic = "critic" if needs_critic(cfg) else "no critic"
+    critic = ("critic: value head on the actor" if shared_value_head(cfg) else "critic") if needs_critic(cfg) \
+        else "no critic"
     warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
     lines = [
         f"[ragen] model     {cfg.model.path}" + (" (tiny random)" if cfg.model.tiny else "") + f" <- {model_path}",

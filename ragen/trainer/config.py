@@ -48,11 +48,15 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class CriticSection(CriticConfig):
-    """``CriticConfig`` plus: ``enable`` (null = on exactly when the estimator needs values) and
-    ``model_path`` (null = initialise the value model from the policy's base model)."""
+    """``CriticConfig`` plus: ``enable`` (null = on exactly when the estimator needs values),
+    ``model_path`` (null = initialise the value model from the policy's base model), ``share_backbone`` (no critic
+    model: a value head on the actor's backbone, trained in the actor's update with weight ``shared_loss_coef``,
+    the head at ``critic.lr`` and value clip ``critic.value_clip``; ``ragen.workers.config.SharedValueHead``)."""
 
     enable: bool | None = None
     model_path: str | None = None
+    share_backbone: bool = False
+    shared_loss_coef: float = 0.5
 
     def worker_config(self, **overrides: Any) -> CriticConfig:
         """The worker's ``CriticConfig`` (this section without the trainer-only keys)."""

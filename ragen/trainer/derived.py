@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from ragen.trainer.config import TrainConfig
-from ragen.workers.config import ActorConfig, CriticConfig
+from ragen.workers.config import ActorConfig, CriticConfig, SharedValueHead
 
 # Estimators that normalise within env groups and so need group_size >= 2.
 GROUP_ESTIMATORS = ("grpo", "rloo", "ms_grpo", "ms_po", "gigpo")
@@ -25,6 +25,19 @@ def needs_critic(cfg: TrainConfig) -> bool:
     if cfg.critic.enable is not None:
         return bool(cfg.critic.enable)
     return estimator_needs_values(cfg.algorithm.estimator)
+
+
+def critic_worker_needed(cfg: TrainConfig) -> bool:
+    """A critic worker group of its own: the critic is on and does not share the policy's backbone
+    (``critic.share_backbone``: the actor then carries the value head)."""
+    return needs_critic(cfg) and not cfg.critic.share_backbone
+
+
+def shared_value_head(cfg: TrainConfig) -> SharedValueHead | None:
+    """The actor's value head settings when the critic shares its backbone, else None."""
+    if not (needs_critic(cfg) and cfg.critic.share_backbone):
+        return None
+    return SharedValueHead(coef=cfg.critic.shared_loss_coef, clip=cfg.critic.value_clip, lr=cfg.critic.lr)
 
 
 def uses_kl(cfg: TrainConfig) -> bool:

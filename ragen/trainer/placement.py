@@ -57,9 +57,9 @@ def shared_placement_group(cfg: TrainConfig, make_pg: Callable[..., Any] | None 
 
 
 def _role_enabled(cfg: TrainConfig, role: str) -> bool:
-    from ragen.trainer.derived import needs_critic, needs_ref
+    from ragen.trainer.derived import critic_worker_needed, needs_ref
 
-    return needs_critic(cfg) if role == "critic" else needs_ref(cfg)
+    return critic_worker_needed(cfg) if role == "critic" else needs_ref(cfg)
 
 
 def engine_bundle(cfg: TrainConfig) -> tuple[int, float]:

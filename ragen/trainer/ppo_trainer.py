@@ -166,9 +166,10 @@ class PPOTrainer:
                 ref_lp = (ref.call("compute_log_probs", tb) if ref is not None
                           else actor.call("compute_ref_log_probs", tb))
         values = last_values = None
-        if critic is not None:
+        value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
+        if value_group is not None:
             with self._timed("values", t):
-                values, last_values = critic.call("compute_values", tb)
+                values, last_values = value_group.call("compute_values", tb)
         with self._timed("advantages", t):
             penalties = None
             if cfg.algorithm.kl_in_reward:

@@ -34,7 +34,9 @@ def save_train_samples(trainer: Any, batch: RolloutBatch, credit: Credit, step: 
 def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
     """Log-probs, values and advantages of a validation batch (module docstring); (B, T) tensors over its rows."""
     cfg = trainer.cfg
-    actor, critic = trainer.workers.get("actor"), trainer.workers.get("critic")
+    from ragen.trainer.builders import value_worker
+
+    actor, critic = trainer.workers.get("actor"), value_worker(trainer.cfg, trainer.workers)
     values = last = None
     if actor is None:
         log_probs = batch.sample_log_probs

@@ -131,7 +131,7 @@ def check_batches(cfg: TrainConfig) -> list[str]:
     rows = None if cfg.agent.layout == "turn" else batch
     out += _check_batching("actor", cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, rows,
                            world_size(cfg, "actor"))
-    if needs_critic(cfg):
+    if needs_critic(cfg) and not cfg.critic.share_backbone:
         out += _check_batching("critic", cfg.critic.mini_batch_size, cfg.critic.micro_batch_size, rows,
                                world_size(cfg, "critic"))
     if needs_ref(cfg) and rows is not None and rows % world_size(cfg, "ref"):
@@ -225,6 +225,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
         out.append(f"trainer.critic_warmup={tr.critic_warmup} must be >= 0")
     elif tr.critic_warmup and not needs_critic(cfg):
         out.append(f"trainer.critic_warmup={tr.critic_warmup} needs a critic; set it to 0 or enable the critic")
+    elif tr.critic_warmup and cfg.critic.share_backbone:
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} with critic.share_backbone=true: the shared value head "
+                   "trains only with the actor's update; set trainer.critic_warmup=0 or critic.share_backbone=false")
     for name in tr.loggers:
         if name not in ("console", "jsonl", "wandb"):
             out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")

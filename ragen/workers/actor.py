@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
-from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss
+from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss, value_loss
+from ragen.models.value_head import HEAD_FILE, zero_value_head
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
 from ragen.utils.process import match_driver_priority, niceness
 from ragen.workers import dist as D
-from ragen.workers.config import ActorConfig
+from ragen.workers.config import ActorConfig, SharedValueHead
 from ragen.workers.data import TrainBatch
 from ragen.workers.logprob import LogProbModel
 from ragen.workers.lora import ADAPTER_FILE, adapter_state, adapters_disabled, add_lora, merge_lora, to_lora_keys
@@ -48,12 +49,14 @@ class PolicyWorker:
     ``tiny`` (kwargs of ``ragen.models.tiny_model``: build a tiny random model instead, for tests),
     ``cache_dir`` (converted-model cache), ``num_threads`` (torch intra-op threads of this rank; Ray sets
     OMP_NUM_THREADS from the actor's CPUs, 1 for fractional CPUs, so co-located groups that take turns on the
-    same cores should pass the core count here).
+    same cores should pass the core count here), ``value_head`` (the actor is also the critic: a value head on its
+    backbone, trained jointly; ``compute_values`` as ``CriticWorker``'s).
     """
 
     def __init__(self, model_name_or_path: str, cfg: ActorConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, role: str = "actor",
-                 tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None):
+                 tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None,
+                 value_head: SharedValueHead | None = None):
         if role not in ROLES:
             raise ValueError(f"role={role!r} is unknown; use one of {ROLES}")
         self.cfg, self.rank, self.world_size, self.role = cfg, rank, world_size, role
@@ -71,14 +74,17 @@ class PolicyWorker:
         if cfg.gradient_checkpointing and role == "actor":
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.config = lm.config
-        self.module = D.shard_model(LogProbModel(lm), lm.model.layers, device=self.device,
+        self.value_spec = value_head if role == "actor" else None
+        head = zero_value_head(lm.config.hidden_size) if self.value_spec else None
+        self.module = D.shard_model(LogProbModel(lm, head), lm.model.layers, device=self.device,
                                     mixed_precision=cfg.mixed_precision)
         self.module.eval()
         self.trainable: Trainable | None = None
         if role == "ref":
             self.module.requires_grad_(False)
         else:
-            self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="actor")
+            head_lr = {"value_head.": self.value_spec.lr} if self.value_spec else None
+            self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="actor", lr_by_prefix=head_lr)
 
     # ---------------------------------------------------------------------------------------------- forward
     def _log_probs(self, b: TrainBatch, with_entropy: bool, temperature: float | None = None
@@ -89,6 +95,22 @@ class PolicyWorker:
             return self.module(b.input_ids, b.attention_mask, target_mask=target, temperature=temperature,
                                chunk_size=self.cfg.log_prob_chunk_size, with_entropy=with_entropy,
                                checkpoint=self.cfg.checkpoint_lm_head)
+
+    def _with_values(self, b: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, ...]:
+        """(log_probs, entropy, values, last_values) from one forward (``value_head`` actors)."""
+        target = b.response_mask if b.loss_mask is None else (b.response_mask.bool() | b.loss_mask.bool()).long()
+        with D.compute_autocast(self.device, self.cfg.mixed_precision):
+            return self.module(b.input_ids, b.attention_mask, target_mask=target, temperature=self.cfg.temperature,
+                               chunk_size=self.cfg.log_prob_chunk_size, with_entropy=with_entropy,
+                               checkpoint=self.cfg.checkpoint_lm_head, with_values=True)
+
+    def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values (B_local, T), last_values (B_local,)) of the shared value head, no grad, in the convention of
+        ``CriticWorker.compute_values`` (``values[:, t]`` = V of the context before token t)."""
+        if self.value_spec is None:
+            raise RuntimeError("compute_values() needs an actor built with value_head (critic.share_backbone=true)")
+        size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
+        return forward_in_chunks(batch, size, self.device, lambda b: self._with_values(b, False)[2:])
 
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (B_local, T) fp32 of each response token under the current policy (no grad).
@@ -111,7 +133,10 @@ class PolicyWorker:
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
         cfg = self.cfg
         mask = b.policy_mask
-        lp, ent = self._log_probs(b, with_entropy=True)
+        if self.value_spec is None:
+            lp, ent = self._log_probs(b, with_entropy=True)
+        else:
+            lp, ent, values, _ = self._with_values(b, with_entropy=True)
         agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs}
         pg, m = policy_loss(lp, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             dual_clip=cfg.dual_clip, **agg)
@@ -128,8 +153,23 @@ class PolicyWorker:
             sums["actor/kl_loss"] = float(kl.detach())
             kl_mat = kl_estimate(lp.detach(), b.ref_log_probs, cfg.kl_kind)
             token_sums["actor/kl"] = float(torch.where(mask.bool(), kl_mat, torch.zeros_like(kl_mat)).sum())
+        if self.value_spec is not None:
+            loss = loss + self._value_term(b, values, mask, num_tokens, num_seqs, token_sums, sums)
         sums["actor/loss"] = float(loss.detach())
         return MicroResult(loss=loss, token_sums=token_sums, sums=sums)
+
+    def _value_term(self, b: TrainBatch, values: torch.Tensor, mask: torch.Tensor, num_tokens: float,
+                    num_seqs: float, token_sums: dict, sums: dict) -> torch.Tensor:
+        """``coef`` * the critic's clipped value loss for the shared head over the policy mask (model tokens, whose
+        counts normalise the mini-batch); adds critic/* metrics."""
+        spec = self.value_spec
+        vl, m = value_loss(values, b.values, b.returns, mask, clip=spec.clip, agg=self.cfg.loss_agg,
+                           num_tokens=num_tokens, num_seqs=num_seqs)
+        n = float(mask.bool().sum())
+        token_sums["critic/vf_clipfrac"] = m["critic/vf_clipfrac"] * n
+        token_sums["critic/values_mean"] = float(torch.where(mask.bool(), values.detach(), 0.0).sum())
+        sums["critic/vf_loss"] = float(vl.detach())
+        return spec.coef * vl
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
         """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics.
@@ -140,7 +180,8 @@ class PolicyWorker:
         """
         if self.trainable is None:
             raise RuntimeError("update() called on a role='ref' PolicyWorker; the reference policy is frozen")
-        missing = [n for n in ("old_log_probs", "advantages") if getattr(batch, n) is None]
+        needed = ("old_log_probs", "advantages") + (("values", "returns") if self.value_spec else ())
+        missing = [n for n in needed if getattr(batch, n) is None]
         if self.cfg.use_kl_loss and batch.ref_log_probs is None:
             missing.append("ref_log_probs (actor.use_kl_loss=true)")
         if missing:
@@ -174,10 +215,13 @@ class PolicyWorker:
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full unsharded fp32 weights with transformers key names (``model.layers.0...``) on rank 0, ``{}`` on
         other ranks (all ranks must call). For syncing rollout engines."""
-        state = D.full_state_dict(self.module)
-        if self.lora:
-            state = merge_lora(state, self.cfg.lora_alpha / self.cfg.lora_rank)
-        return {k[len("lm."):]: v for k, v in state.items()}
+        return self._policy_weights(D.full_state_dict(self.module))
+
+    def _policy_weights(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The causal LM's weights (transformers names) from this module's full state dict: LoRA merged, value
+        head left out."""
+        lm = {k[len("lm."):]: v for k, v in raw.items() if k.startswith("lm.")}
+        return merge_lora(lm, self.cfg.lora_alpha / self.cfg.lora_rank) if self.lora else lm
 
     # NCCL sync to a separately placed vLLM engine (ragen.workers.weight_broadcast; GPU only)
     def sync_address(self) -> tuple[str, int]:
@@ -206,19 +250,22 @@ class PolicyWorker:
     def save(self, dir: str) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
         generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it; a LoRA actor
-        writes its merged weights there and its adapters to ``lora/adapter.safetensors``) and, for the actor,
-        ``optimizer.pt`` (full optimizer + lr scheduler state, world-size independent)."""
+        writes its merged weights there and its adapters to ``lora/adapter.safetensors``; a shared value head goes
+        to ``value_head.safetensors``) and, for the actor, ``optimizer.pt`` (full optimizer + lr scheduler state,
+        world-size independent)."""
         directory = Path(dir)
         raw = D.full_state_dict(self.module)
         if self.rank == 0:
-            directory.mkdir(parents=True, exist_ok=True)
-            merged = merge_lora(raw, self.cfg.lora_alpha / self.cfg.lora_rank) if self.lora else raw
-            self.module.lm.save_pretrained(directory, state_dict={k[len("lm."):]: v for k, v in merged.items()})
-            if self.lora:
-                from safetensors.torch import save_file
+            from safetensors.torch import save_file
 
+            directory.mkdir(parents=True, exist_ok=True)
+            self.module.lm.save_pretrained(directory, state_dict=self._policy_weights(raw))
+            if self.lora:
                 (directory / ADAPTER_FILE).parent.mkdir(exist_ok=True)
                 save_file({k: v.contiguous() for k, v in adapter_state(raw).items()}, directory / ADAPTER_FILE)
+            if self.value_spec is not None:
+                head = {k[len("value_head."):]: v.contiguous() for k, v in raw.items() if k.startswith("value_head.")}
+                save_file(head, directory / HEAD_FILE)
             self._save_tokenizer(directory)
         D.barrier()
         if self.trainable is not None:
@@ -238,17 +285,24 @@ class PolicyWorker:
         """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``.
 
         A LoRA actor loads a LoRA checkpoint as base = merged - scale * B @ A plus the adapters (fp32 round-off
-        ~1e-7 relative), and a plain checkpoint as its frozen base with the adapters left as they are."""
+        ~1e-7 relative), and a plain checkpoint as its frozen base with the adapters left as they are; a shared
+        value head is loaded when the folder has one (else it stays as built: zero)."""
         from transformers import AutoModelForCausalLM
 
         directory = Path(dir)
         lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
         state = {f"lm.{k}": v for k, v in lm.state_dict().items()}
         del lm
-        if not self.lora:
-            D.load_full_state_dict(self.module, state)
-        else:
-            D.load_full_state_dict(self.module, self._lora_state(state, directory / ADAPTER_FILE), strict=False)
+        if self.lora:
+            state = self._lora_state(state, directory / ADAPTER_FILE)
+        if self.value_spec is not None and (directory / HEAD_FILE).is_file():
+            from safetensors.torch import load_file
+
+            state.update({f"value_head.{k}": v for k, v in load_file(directory / HEAD_FILE).items()})
+        unexpected = sorted(set(state) - set(self.module.state_dict()))
+        if unexpected:
+            raise ValueError(f"{directory} holds weights this policy does not have: {unexpected[:5]}")
+        D.load_full_state_dict(self.module, state, strict=False)  # absent adapters / value head stay as built
         if self.trainable is not None and (directory / "optimizer.pt").is_file():
             self.trainable.load_state(directory)
         D.barrier()

@@ -142,6 +142,20 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
+class SharedValueHead:
+    """The critic as a value head on the policy's own backbone (``critic.share_backbone``; several RLHF stacks do
+    this): ``PolicyWorker`` adds ``Linear(hidden, 1)`` (zero-initialised) on the hidden states its log-probs use and
+    trains it jointly, loss = policy loss + ``coef`` * clipped value loss (``clip``) over model tokens, the head at
+    learning rate ``lr`` and the backbone at the actor's.
+    Saves one model's forward and backward per step and its memory; the value gradients then shape the policy's
+    features too."""
+
+    coef: float = 0.5
+    clip: float | None = 0.5
+    lr: float = 1e-5
+
+
+@dataclass(frozen=True)
 class CriticConfig:
     """Critic (value-head model) settings.
 

@@ -118,10 +118,17 @@ def token_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     """
     base, head = causal_lm_parts(model)
     hidden = hidden_states(base, input_ids, attention_mask)
+    return log_probs_from_hidden(head, hidden, input_ids, _predicted(attention_mask, target_mask),
+                                 temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
+                                 checkpoint=checkpoint)
+
+
+def _predicted(attention_mask: torch.Tensor, target_mask: torch.Tensor | None) -> torch.Tensor:
+    """Positions whose log-prob is computed: ``target_mask`` (default all real tokens) where the predicting
+    position t - 1 is a real token too. (B, T) bool."""
     mask = attention_mask.bool() if target_mask is None else target_mask.bool() & attention_mask.bool()
-    mask[:, 1:] &= attention_mask[:, :-1].bool()  # the predicting position must be a real token too
-    return log_probs_from_hidden(head, hidden, input_ids, mask, temperature=temperature, chunk_size=chunk_size,
-                                 with_entropy=with_entropy, checkpoint=checkpoint)
+    mask[:, 1:] &= attention_mask[:, :-1].bool()
+    return mask
 
 
 class LogProbModel(nn.Module):
@@ -132,12 +139,26 @@ class LogProbModel(nn.Module):
     workers shard each decoder layer, then this wrapper. ``lm`` is the wrapped ``*ForCausalLM``.
     """
 
-    def __init__(self, lm: nn.Module):
+    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None):
         super().__init__()
         self.lm = lm
+        self.value_head = value_head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor | None = None,
                 temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = False,
-                checkpoint: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return token_log_probs(self.lm, input_ids, attention_mask, temperature=temperature, chunk_size=chunk_size,
-                               with_entropy=with_entropy, target_mask=target_mask, checkpoint=checkpoint)
+                checkpoint: bool = True, with_values: bool = False) -> tuple[torch.Tensor, ...]:
+        """``(log_probs, entropy)`` as ``token_log_probs``; with ``with_values`` (needs ``value_head``: the critic
+        sharing this backbone) also ``(values, last_values)`` from the same hidden states, in ``ValueModel``'s
+        convention (``ragen.models.value_head.values_from_hidden``)."""
+        if not with_values:
+            return token_log_probs(self.lm, input_ids, attention_mask, temperature=temperature, chunk_size=chunk_size,
+                                   with_entropy=with_entropy, target_mask=target_mask, checkpoint=checkpoint)
+        from ragen.models.value_head import values_from_hidden
+
+        base, head = causal_lm_parts(self.lm)
+        hidden = hidden_states(base, input_ids, attention_mask)
+        lp, ent = log_probs_from_hidden(head, hidden, input_ids, _predicted(attention_mask, target_mask),
+                                        temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
+                                        checkpoint=checkpoint)
+        values, last_values = values_from_hidden(self.value_head, hidden, attention_mask)
+        return lp, ent, values, last_values

@@ -62,16 +62,25 @@ MicroLossFn = Callable[[TrainBatch, float, float], MicroResult]
 class Trainable:
     """A module with AdamW + lr schedule and the mini/micro-batch update loop (see module docstring)."""
 
-    def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str):
+    def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str,
+                 lr_by_prefix: dict[str, float] | None = None):
+        """``lr_by_prefix``: base learning rates of the parameters whose names start with a prefix (their own AdamW
+        group, same schedule), e.g. ``{"value_head.": 1e-5}``; the rest use ``cfg.lr`` (``cfg.train_lr`` for a
+        LoRA actor)."""
         self.module, self.cfg, self.device, self.world_size, self.prefix = module, cfg, device, world_size, prefix
         if cfg.lr_schedule == "cosine" and not cfg.total_steps:
             raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), got "
                              f"{cfg.total_steps}; the trainer derives it from trainer.total_steps "
                              "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
-        self.params = [p for p in module.parameters() if p.requires_grad]
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
         lr = getattr(cfg, "train_lr", cfg.lr)  # the actor's lora_lr when it trains LoRA adapters
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=cfg.betas, eps=cfg.eps,
-                                           weight_decay=cfg.weight_decay, foreach=True)
+        groups: dict[float, list[nn.Parameter]] = {}
+        for n, p in named:
+            own = [v for k, v in (lr_by_prefix or {}).items() if n.startswith(k)]
+            groups.setdefault(own[0] if own else lr, []).append(p)
+        self.optimizer = torch.optim.AdamW([{"params": ps, "lr": g} for g, ps in groups.items()], lr=lr,
+                                           betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.steps = 0
 

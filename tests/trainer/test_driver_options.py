@@ -151,3 +151,17 @@ def test_lora_actor_is_its_own_reference_and_syncs_merged_weights(tmp_path, monk
     assert (ckpt / "actor" / "lora" / "adapter.safetensors").is_file() and not (ckpt / "ref").exists()
     final, init = load_actor_weights(ckpt), tiny_init_weights()
     assert set(init) <= set(final) and max(float((final[k] - init[k]).abs().max()) for k in init) > 1e-4
+
+
+def test_shared_backbone_critic_runs_on_the_actor(tmp_path):
+    """critic.share_backbone=true with GAE: no critic worker or checkpoint, the values come from the actor's head
+    (zero at step 1, fitted after), the joint update reports critic/* metrics and the head is checkpointed."""
+    overrides = [*tiny_overrides(tmp_path, 2), *FAST, "critic.share_backbone=true", "critic.lr=5e-2",
+                 "trainer.report=false"]
+    run(load_train_config("ppo_bandit", overrides))
+    records = [r for r in read_metrics(tmp_path) if "critic/vf_loss" in r]
+    assert_all_finite(records)
+    assert [r["step"] for r in records] == [1, 2]
+    assert records[0]["critic/values/mean"] == 0.0 and records[1]["critic/values/mean"] != 0.0
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert (ckpt / "actor" / "value_head.safetensors").is_file() and not (ckpt / "critic").exists()

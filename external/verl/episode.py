@@ -15,6 +15,7 @@ The proxy is synchronous, the verl agent loop is a coroutine: ``run_episode`` is
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,22 +39,27 @@ class EpisodeSpec:
 
 def spec_from_row(row: dict[str, Any]) -> EpisodeSpec:
     """The episode of a verl dataset row: ``extra_info = {"ragen_env": name, "ragen_seed": int,
-    "ragen_env_config": {...}?, "ragen_agent": {...}?}`` (``make_dataset_rows`` writes them)."""
+    "ragen_env_config": JSON object?, "ragen_agent": JSON object?}`` (``make_dataset_rows`` writes them; the two
+    objects are JSON strings so that parquet keeps them whatever their keys, dicts are accepted too)."""
     info = row.get("extra_info") or {}
     if "ragen_env" not in info or "ragen_seed" not in info:
         raise ValueError(
             "a ragen agent-loop row needs extra_info.ragen_env (an env name of ragen.env) and extra_info.ragen_seed; "
             "build the dataset with ragen_external.verl.make_dataset_rows"
         )
-    return EpisodeSpec(str(info["ragen_env"]), int(info["ragen_seed"]), dict(info.get("ragen_env_config") or {}),
-                       dict(info.get("ragen_agent") or {}))
+    return EpisodeSpec(str(info["ragen_env"]), int(info["ragen_seed"]), _obj(info.get("ragen_env_config")),
+                       _obj(info.get("ragen_agent")))
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return dict(json.loads(value) if isinstance(value, str) else (value or {}))
 
 
 def make_dataset_rows(env: str, seeds: list[int], env_config: dict | None = None,
                       agent: dict | None = None, agent_name: str = "ragen") -> list[dict[str, Any]]:
     """verl dataset rows (write them to parquet for ``data.train_files``): one per seed. ``prompt`` is a
     placeholder verl's dataset needs; the agent loop builds the real prompt from the env."""
-    info = {"ragen_env": env, "ragen_env_config": dict(env_config or {}), "ragen_agent": dict(agent or {})}
+    info = {"ragen_env": env, "ragen_env_config": json.dumps(env_config or {}), "ragen_agent": json.dumps(agent or {})}
     return [
         {"prompt": [{"role": "user", "content": f"{env} seed {s}"}], "data_source": f"ragen/{env}",
          "agent_name": agent_name, "extra_info": {**info, "ragen_seed": int(s)}}

@@ -53,15 +53,24 @@ def tokenizer():
 
 
 def make_loop(tokenizer, server):
+    """The agent loop built the way verl's ``AgentLoopWorker`` builds it: from the registry entry in
+    ``agent_loop.yaml`` (``agent_loop_config_path``) with ``hydra.utils.instantiate`` and the same arguments."""
+    import hydra
     from omegaconf import OmegaConf
-    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+    from ragen_external.verl import AGENT_LOOP_CONFIG
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
+    (entry,) = [e for e in OmegaConf.load(AGENT_LOOP_CONFIG) if e.name == "ragen"]
+    entry = OmegaConf.create({k: v for k, v in entry.items() if k != "name"})
     cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 512, "response_length": 512}},
                             "data": {}})
-    return agent_loop.RagenAgentLoop(
-        trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer, processor=None,
-        dataset_cls=None, data_config=DictConfigWrap(cfg.data),
+    loop = hydra.utils.instantiate(
+        config=entry, trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tokenizer,
+        processor=None, hf_model_type="llama", dataset_cls=None, data_config=DictConfigWrap(cfg.data),
+        tools=ToolListWrap([]),
     )  # fmt: skip
+    assert isinstance(loop, agent_loop.RagenAgentLoop)
+    return loop
 
 
 def spans(mask):
@@ -125,8 +134,17 @@ def test_ragen_agent_loop_against_fake_server(tokenizer):
     assert rm.shape == (len(out.response_ids),) and rm[-1].item() == pytest.approx(-0.1 * MAX_TURN)
 
 
-def test_rows_name_their_env(tokenizer):
-    from ragen_external.verl import spec_from_row
+def test_rows_name_their_env(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from ragen_external.verl import EpisodeSpec, make_dataset_rows, spec_from_row
+
+    rows = make_dataset_rows("frozen_lake", [3, 4], env_config={"size": 4}, agent={"max_turn": 2})
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")  # what verl's data.train_files read
+    back = pq.read_table(tmp_path / "train.parquet").to_pylist()
+    assert [spec_from_row(r) for r in back] == [EpisodeSpec("frozen_lake", s, {"size": 4}, {"max_turn": 2})
+                                                for s in (3, 4)]
+    assert back[0]["agent_name"] == "ragen"
 
     with pytest.raises(ValueError, match="extra_info.ragen_env"):
         spec_from_row({"extra_info": {"ragen_seed": 1}})

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install verl 0.9.1 (what external/verl is written against) into the project's Python without touching torch or
-# transformers. Re-running it is a no-op once they are installed (about a second). Logs go to stderr.
+# transformers. Re-running it is a no-op once they are installed (a 0.2 s version check, after bootstrap.sh's own
+# import check). Logs go to stderr.
 #
 #   bash scripts/setup_verl.sh        # then: python -m pytest external/verl
 #
@@ -15,8 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
-PY="$(command -v python)"
-[ -n "${VIRTUAL_ENV:-}" ] || PY="${PYTHON:-python3}"
+# the Python bootstrap.sh settled on: $PYTHON if given, else the venv it activated (or the active one), else python3
+if [ -n "${PYTHON:-}" ]; then PY="$PYTHON"
+elif [ -n "${VIRTUAL_ENV:-}" ]; then PY="$VIRTUAL_ENV/bin/python"
+else PY=python3; fi
 
 # Fast check (no import of verl, ~1 s): the exact versions are installed, plus everything the imports need.
 check() {

@@ -69,11 +69,13 @@ def make_dataset_rows(env: str, seeds: list[int], env_config: dict | None = None
 
 def to_verl_sampling(sampling: SamplingParams, base: dict[str, Any]) -> dict[str, Any]:
     """verl's sampling dict for one proxy call: verl's own settings (``base``: temperature, top_p, ...) plus the
-    proxy's per-call budget and stops (vLLM's ``SamplingParams`` keywords) and log-probs on."""
+    proxy's per-call budget and stops, as keywords of vLLM's ``SamplingParams`` (verl's vLLM server passes them
+    on): the stop string is kept in the output, as ragen's engines keep it (the closing answer tag is the turn's
+    last model token, where its reward sits)."""
     out = dict(base)
     out.update(max_tokens=sampling.max_new_tokens, stop_token_ids=list(sampling.stop_token_ids), logprobs=True)
     if sampling.stop:
-        out["stop"] = list(sampling.stop)
+        out.update(stop=list(sampling.stop), include_stop_str_in_output=True)
     return out
 
 

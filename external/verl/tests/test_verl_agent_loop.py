@@ -73,6 +73,12 @@ def make_loop(tokenizer, server):
     return loop
 
 
+def loop_eot(tokenizer):
+    from ragen.agent import ChatFormat
+
+    return ChatFormat(tokenizer).eot_id
+
+
 def spans(mask):
     """[(start, end, value)] runs of equal values in ``mask``."""
     out, start = [], 0
@@ -98,7 +104,10 @@ def test_ragen_agent_loop_against_fake_server(tokenizer):
 
     calls = server.calls
     assert len(calls) == MAX_TURN  # the random model never answers in format: every turn is played
-    assert all(p["max_tokens"] == MAX_NEW and p["logprobs"] for _, p, _ in calls)
+    eot = loop_eot(tokenizer)
+    for _, p, _ in calls:  # the proxy's budget, stops and log-probs on top of verl's settings
+        assert (p["max_tokens"], p["stop_token_ids"], p["stop"]) == (MAX_NEW, [eot], ["</answer>"])
+        assert p["include_stop_str_in_output"] and p["logprobs"] and p["temperature"] == 1.0
     assert out.num_turns == 2 * MAX_TURN
     assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs)
     assert calls[0][0] == out.prompt_ids  # turn 0's exact prompt

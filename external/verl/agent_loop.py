@@ -18,6 +18,8 @@ Importing this module imports verl; the pure parts live in ``convert`` and ``epi
 from __future__ import annotations
 
 import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
@@ -42,9 +44,18 @@ def agent_config(overrides: dict[str, Any], prompt_length: int, response_length:
     return AgentConfig(**{**overrides, "max_model_len": prompt_length + response_length})
 
 
+@functools.cache
+def _episode_threads(n: int) -> ThreadPoolExecutor:
+    """Threads that run episodes (each mostly waits on ``generate``); not the loop's default executor, whose
+    min(32, cpus + 4) threads would cap how many episodes of a batch are in flight."""
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix="ragen-episode")
+
+
 @register("ragen")
 class RagenAgentLoop(AgentLoopBase):
     """One ragen episode per dataset row (see the module docstring)."""
+
+    max_concurrent_episodes = 256  # per verl agent-loop worker process
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         spec = spec_from_row(kwargs)
@@ -52,8 +63,10 @@ class RagenAgentLoop(AgentLoopBase):
         response_length = int(self.rollout_config.response_length)
         agent = agent_config(spec.agent, prompt_length, response_length)
         loop = asyncio.get_running_loop()
-        batch = await asyncio.to_thread(
-            run_episode, self.server_manager.generate, loop, self.tokenizer, agent, spec, sampling_params
+        batch = await loop.run_in_executor(
+            _episode_threads(self.max_concurrent_episodes),
+            functools.partial(run_episode, self.server_manager.generate, loop, self.tokenizer, agent, spec,
+                              sampling_params),
         )
         ep = episode_to_agent_loop_output(batch, 0)
         if len(ep.prompt_ids) > prompt_length or len(ep.response_ids) > response_length:

@@ -161,3 +161,28 @@ def test_rows_name_their_env(tmp_path):
         agent_loop.agent_config({"max_turns": 3}, 512, 512)
     cfg = agent_loop.agent_config({"max_turn": 2}, 300, 200)
     assert (cfg.max_turn, cfg.max_model_len, cfg.layout) == (2, 500, "trajectory")
+
+
+def test_rows_run_concurrently_and_a_seed_is_a_group(tokenizer):
+    """verl runs a batch's rows as concurrent coroutines on one event loop; rows repeating a seed (``rollout.n``)
+    start from the same env state, so their prompts are identical, while other seeds differ."""
+    from ragen_external.verl import make_dataset_rows
+
+    from ragen.models import tiny_model
+    from ragen.rollout.hf import HFEngine
+
+    server = FakeServerManager(HFEngine(tiny_model(tokenizer=tokenizer, seed=1), tokenizer, batch_size=1))
+    loop = make_loop(tokenizer, server)
+    rows = make_dataset_rows("frozen_lake", [5, 5, 6], agent={"max_turn": 2, "max_new_tokens": 6})
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
+
+    async def run_all():
+        return await asyncio.gather(*(loop.run(sampling, raw_prompt=r["prompt"], **r) for r in rows))
+
+    outs = asyncio.run(run_all())
+    assert len(server.calls) == 6 and all(o.num_turns == 4 for o in outs)
+    assert outs[0].prompt_ids == outs[1].prompt_ids != outs[2].prompt_ids
+    for out in outs:  # each output's model spans are its own samples, in order
+        model = [out.response_ids[s:e] for s, e, v in spans(out.response_mask) if v == 1]
+        mine = [c[2].token_ids for c in server.calls if c[0][: len(out.prompt_ids)] == out.prompt_ids]
+        assert all(any(m == t for t in mine) for m in model)

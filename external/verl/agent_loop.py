@@ -1,0 +1,78 @@
+"""ragen's envs as a verl agent loop (written against verl 0.9.1, ``verl.experimental.agent_loop``).
+
+Registered as ``ragen``. A verl user trains on ragen envs with::
+
+    actor_rollout_ref.rollout.agent.agent_loop_config_path=<ragen_external/verl/agent_loop.yaml>
+    actor_rollout_ref.rollout.agent.default_agent_loop=ragen
+
+and a dataset whose rows name the env and seed (``make_dataset_rows``). Per row, ``run`` plays one episode with
+ragen's agent proxy (``episode.run_episode``: append-only token context, ragen's parser and env registry), each
+turn sampled by verl's server manager, and returns the episode as verl's ``AgentLoopOutput``
+(``convert.episode_to_agent_loop_output``: env tokens response_mask 0, model tokens 1, per-turn rewards on each
+turn's last model token in ``extra_fields``, their sum as ``reward_score``). Rows with the same seed form a
+group (verl's ``rollout.n`` repeats a row), as ragen's groups share an env seed.
+
+Importing this module imports verl; the pure parts live in ``convert`` and ``episode``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
+from typing import Any
+
+from ragen_external.verl.convert import episode_to_agent_loop_output, to_agent_loop_output
+from ragen_external.verl.episode import run_episode, spec_from_row
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+
+from ragen.agent import AgentConfig
+
+_AGENT_KEYS = {f.name for f in fields(AgentConfig)}
+
+
+def agent_config(overrides: dict[str, Any], prompt_length: int, response_length: int) -> AgentConfig:
+    """ragen's ``AgentConfig`` for one row: the row's overrides, ``layout="trajectory"`` (verl trains one sequence
+    per episode) and ``max_model_len = prompt_length + response_length`` (verl's budget for one sequence)."""
+    unknown = sorted(set(overrides) - _AGENT_KEYS)
+    if unknown:
+        raise ValueError(f"extra_info.ragen_agent has unknown keys {unknown}; valid: {sorted(_AGENT_KEYS)}")
+    if overrides.get("layout", "trajectory") != "trajectory" or overrides.get("max_context_window") is not None:
+        raise ValueError("the verl agent loop trains one sequence per episode: keep layout=trajectory and "
+                         "max_context_window=None in extra_info.ragen_agent")
+    return AgentConfig(**{**overrides, "max_model_len": prompt_length + response_length})
+
+
+@functools.cache
+def _episode_threads(n: int) -> ThreadPoolExecutor:
+    """Threads that run episodes (each mostly waits on ``generate``); not the loop's default executor, whose
+    min(32, cpus + 4) threads would cap how many episodes of a batch are in flight."""
+    return ThreadPoolExecutor(max_workers=n, thread_name_prefix="ragen-episode")
+
+
+@register("ragen")
+class RagenAgentLoop(AgentLoopBase):
+    """One ragen episode per dataset row (see the module docstring)."""
+
+    max_concurrent_episodes = 256  # per verl agent-loop worker process
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        spec = spec_from_row(kwargs)
+        prompt_length = int(self.rollout_config.prompt_length)
+        response_length = int(self.rollout_config.response_length)
+        agent = agent_config(spec.agent, prompt_length, response_length)
+        loop = asyncio.get_running_loop()
+        batch = await loop.run_in_executor(
+            _episode_threads(self.max_concurrent_episodes),
+            functools.partial(run_episode, self.server_manager.generate, loop, self.tokenizer, agent, spec,
+                              sampling_params),
+        )
+        ep = episode_to_agent_loop_output(batch, 0)
+        if len(ep.prompt_ids) > prompt_length or len(ep.response_ids) > response_length:
+            raise ValueError(
+                f"ragen episode of {spec.env} seed {spec.seed}: prompt {len(ep.prompt_ids)} / response "
+                f"{len(ep.response_ids)} tokens exceed rollout.prompt_length={prompt_length} / "
+                f"response_length={response_length}; raise them or lower ragen_agent max_turn / max_new_tokens"
+            )
+        return to_agent_loop_output(ep, with_logprobs=bool(sampling_params.get("logprobs", True)))

@@ -108,7 +108,9 @@ def start_ray(cfg: TrainConfig) -> None:
         return
     ranks = sum(world_size(cfg, r) for r in ("actor", "critic", "ref"))
     cpus = max(os.cpu_count() or 1, int(ranks * cfg.trainer.cpus_per_worker + 1))
-    ray.init(num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env_vars},
+    # address="local": always a fresh local instance; never attach to another Ray found on the machine (e.g. a
+    # `ray start` or another user's run): connecting to a cluster is opt-in (RAY_ADDRESS)
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env_vars},
              logging_level="WARNING", log_to_driver=not quiet)
 
 

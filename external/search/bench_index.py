@@ -63,6 +63,8 @@ def main() -> None:
             latencies.append(1000 * (time.perf_counter() - start))
         p50, p95 = np.percentile(latencies, [50, 95])
         print(f"query (search k=3 + fetch passages): p50 {p50:.2f} ms, p95 {p95:.2f} ms over {len(queries)} queries")
+        own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"querying process (index loaded, vocabulary dict in memory): peak RSS {own_peak:.0f} MiB")
 
 
 if __name__ == "__main__":

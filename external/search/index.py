@@ -20,6 +20,7 @@ Memory: one chunk's tokens and triples, plus O(vocabulary) arrays and the vocabu
 from __future__ import annotations
 
 import json
+import mmap
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -98,6 +99,15 @@ def _spill(texts: Iterable[str], tmp: Path, chunk_size: int, stopwords: str | No
     return vocab, df[: len(vocab)], np.concatenate(lengths) if lengths else np.zeros(0, np.int64), n_chunks
 
 
+def _release(array: np.memmap) -> None:
+    """Write the memmap's dirty pages to its file and drop them from this process's resident set (they stay in the
+    page cache), so the output arrays do not count towards the build's memory. No-op where madvise is missing."""
+    array.flush()
+    raw = getattr(array, "_mmap", None)
+    if raw is not None and hasattr(mmap, "MADV_DONTNEED"):
+        raw.madvise(mmap.MADV_DONTNEED)
+
+
 def _scatter(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.ndarray, k1: float, b: float,
              progress: bool) -> int:
     """Pass 2: write the CSC arrays (data float32, indices int32, indptr int64) from the spilled chunks."""
@@ -125,6 +135,8 @@ def _scatter(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.nd
         data[pos] = idf[token] * (tf / (tf + norm[doc]))
         indices[pos] = doc
         cursor[token[starts]] += runs
+        _release(data)
+        _release(indices)
     data.flush()
     indices.flush()
     del data, indices

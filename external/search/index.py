@@ -6,15 +6,17 @@ Both idf and avgdl are corpus-wide, so the index is built in two passes over chu
 never holding more than one chunk's tokens in memory:
 
 1. tokenise a chunk (``ragen.env.bm25.tokenize``'s tokenizer: bm25s, English stop words), map tokens to global ids
-   (the vocabulary grows as new words appear), reduce it to (document, token, tf) triples and spill them to a
-   temporary ``.npz``; accumulate df per token and the document lengths;
-2. with N, avgdl and idf known, turn each spilled chunk into scores and scatter them into the final CSC arrays,
-   which are ``.npy`` memmaps: column t holds the documents containing t, in document order, at
-   ``indptr[t] + (entries of t in earlier chunks)``.
+   (the vocabulary grows as new words appear), reduce it to (document, token, tf) triples, sort them by token and
+   spill them to temporary ``.npy`` files; accumulate df per token and the document lengths;
+2. with N, avgdl and idf known (so indptr = cumsum(df)), write the final CSC arrays sequentially, one block of
+   tokens (~``block_nnz`` postings) at a time: the block's postings are one slice of each spilled chunk (binary
+   search on its memory-mapped token array); scored and stably sorted by token, they fill ``[indptr[t0],
+   indptr[t1])``, documents in order within each token.
 
 The result is exactly what ``bm25s.BM25.index`` + ``save`` would write for the same tokens (float32 scores,
 vocabulary with bm25s's trailing empty token), so ``bm25s.BM25.load(dir, mmap=True)`` reads it.
-Memory: one chunk's tokens and triples, plus O(vocabulary) arrays and the vocabulary dict itself.
+Memory: one chunk's tokens and triples (pass 1) or one block of postings (pass 2, at least one token's), plus
+O(documents) float32 lengths, O(vocabulary) arrays and the vocabulary dict itself.
 """
 
 from __future__ import annotations
@@ -89,8 +91,10 @@ def _spill(texts: Iterable[str], tmp: Path, chunk_size: int, stopwords: str | No
         df = _grow(df, len(vocab))
         present, n_present = np.unique(token, return_counts=True)  # (doc, token) pairs are unique: counts = df
         df[present] += n_present
-        np.savez(tmp / f"chunk{n_chunks:06d}.npz", doc=(doc_local + n_docs).astype(np.int32),
-                 token=token.astype(np.int32), tf=tf)
+        order = np.argsort(token, kind="stable")  # by token; documents stay in order within a token
+        for name, array in (("token", token.astype(np.int32)), ("doc", (doc_local + n_docs).astype(np.int32)),
+                            ("tf", tf)):
+            np.save(tmp / f"chunk{n_chunks:06d}.{name}.npy", array[order])
         lengths.append(doc_len)
         n_docs += len(chunk)
         n_chunks += 1
@@ -108,12 +112,30 @@ def _release(array: np.memmap) -> None:
         raw.madvise(mmap.MADV_DONTNEED)
 
 
-def _scatter(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.ndarray, k1: float, b: float,
-             progress: bool) -> int:
-    """Pass 2: write the CSC arrays (data float32, indices int32, indptr int64) from the spilled chunks."""
+def token_blocks(indptr: np.ndarray, block_nnz: int) -> list[tuple[int, int]]:
+    """Consecutive token ranges [t0, t1) holding about ``block_nnz`` postings each (at least one token each).
+
+    indptr: (n_vocab + 1,) int64, the CSC column pointers."""
+    blocks, t0, n_vocab = [], 0, len(indptr) - 1
+    while t0 < n_vocab:
+        t1 = int(np.searchsorted(indptr, indptr[t0] + block_nnz, side="right")) - 1
+        t1 = min(max(t1, t0 + 1), n_vocab)
+        blocks.append((t0, t1))
+        t0 = t1
+    return blocks
+
+
+def _merge(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.ndarray, k1: float, b: float,
+           block_nnz: int, progress: bool) -> int:
+    """Pass 2: write the CSC arrays (data float32, indices int32, indptr int64) block of tokens by block of tokens.
+
+    Each spilled chunk is sorted by token, so a block's postings are one slice per chunk (found by binary search
+    on the memory-mapped token array); concatenated in chunk order and stably sorted by token, the documents of
+    each token come out in order, and the block is written sequentially at ``indptr[t0]``."""
     n_docs, n_vocab = len(doc_len), len(df) + 1  # + bm25s's empty token "" (an empty column)
     avgdl = float(doc_len.mean())
     idf = np.log1p((n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
+    idf = np.r_[idf, np.float32(0)]
     norm = (k1 * (1 - b + b * doc_len / avgdl)).astype(np.float32)  # per document: the tf denominator's constant
     indptr = np.zeros(n_vocab + 1, dtype=np.int64)
     np.cumsum(df, out=indptr[1 : len(df) + 1])
@@ -121,24 +143,27 @@ def _scatter(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.nd
     nnz = int(indptr[-1])
     data = np.lib.format.open_memmap(out / DATA, mode="w+", dtype=np.float32, shape=(nnz,))
     indices = np.lib.format.open_memmap(out / INDICES, mode="w+", dtype=np.int32, shape=(nnz,))
-    cursor = indptr[:-1].copy()
-    for c in tqdm(range(n_chunks), desc="BM25 pass 2/2: write", unit="chunk", disable=not progress):
-        with np.load(tmp / f"chunk{c:06d}.npz") as z:
-            doc, token, tf = z["doc"], z["token"], z["tf"]
-        if len(token) == 0:  # every document of the chunk was empty after stop-word removal
+    chunks = [{k: np.load(tmp / f"chunk{c:06d}.{k}.npy", mmap_mode="r") for k in ("token", "doc", "tf")}
+              for c in range(n_chunks)]
+    for t0, t1 in tqdm(token_blocks(indptr, block_nnz), desc="BM25 pass 2/2: write", unit="block",
+                       disable=not progress):
+        parts = []
+        for chunk in chunks:
+            lo, hi = np.searchsorted(chunk["token"], [t0, t1])
+            if hi > lo:
+                parts.append((chunk["token"][lo:hi], chunk["doc"][lo:hi], chunk["tf"][lo:hi]))
+        if not parts:
             continue
-        order = np.argsort(token, kind="stable")  # by token; documents stay in order within a token
-        doc, token, tf = doc[order], token[order], tf[order]
-        starts = np.flatnonzero(np.r_[True, token[1:] != token[:-1]])  # each token's run (O(chunk), not O(vocab))
-        runs = np.diff(np.r_[starts, len(token)])
-        pos = cursor[token] + (np.arange(len(token)) - np.repeat(starts, runs))
-        data[pos] = idf[token] * (tf / (tf + norm[doc]))
-        indices[pos] = doc
-        cursor[token[starts]] += runs
+        token, doc, tf = (np.concatenate(p) for p in zip(*parts, strict=True))
+        order = np.argsort(token, kind="stable")
+        token, doc, tf = token[order], doc[order], tf[order]
+        start, end = int(indptr[t0]), int(indptr[t1])
+        if end - start != len(token):
+            raise RuntimeError(f"BM25 build: block {t0}-{t1} has {len(token)} postings, expected {end - start}")
+        data[start:end] = idf[token] * (tf / (tf + norm[doc]))
+        indices[start:end] = doc
         _release(data)
         _release(indices)
-    data.flush()
-    indices.flush()
     del data, indices
     np.save(out / INDPTR, indptr)
     return nnz
@@ -154,8 +179,11 @@ def build_index(
     progress: bool = True,
     total: int | None = None,
     extra_manifest: dict | None = None,
+    block_nnz: int = 2_000_000,
 ) -> BuildStats:
-    """Index the documents of ``texts`` (consumed once, in order; document i = the i-th text) into ``out_dir``."""
+    """Index the documents of ``texts`` (consumed once, in order; document i = the i-th text) into ``out_dir``.
+
+    chunk_size: documents tokenised at a time (pass 1); block_nnz: postings written at a time (pass 2)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     out = Path(out_dir)
@@ -167,7 +195,7 @@ def build_index(
             raise ValueError("cannot index an empty corpus (no documents)")
         if doc_len.sum() == 0:
             raise ValueError("cannot index a corpus without any token (after stop-word removal)")
-        nnz = _scatter(tmp, out, n_chunks, df, doc_len, k1, b, progress)
+        nnz = _merge(tmp, out, n_chunks, df, doc_len, k1, b, block_nnz, progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     vocab[""] = len(vocab)

@@ -6,6 +6,7 @@ import bm25s
 import numpy as np
 import pytest
 from ragen_external.search import build as build_cli
+from ragen_external.search.index import build_index, token_blocks
 from ragen_external.search.sample import passages, unique_words, write_dump
 
 import ragen.env as E
@@ -68,15 +69,23 @@ def test_agrees_with_unchunked_bm25s(built):
 
 
 def test_chunking_does_not_change_the_index(built, tmp_path):
-    root, index, _ = built
-    one = tmp_path / "one"
-    build_cli.build(root / "dump.jsonl", one, chunk_size=10 * N, progress=False)
-    single = DiskBM25Index(one)
+    """One chunk and one block, the CLI's 700-document chunks, and 250-document chunks written in blocks of ~3000
+    postings (~50 blocks): identical arrays."""
+    root, index, records = built
+    texts = [f"{r['title']} {r['text']}" for r in records]
+    build_index(texts, tmp_path / "one", chunk_size=10 * N, block_nnz=10**9, progress=False)
+    build_index(texts, tmp_path / "many", chunk_size=250, block_nnz=3000, progress=False)
     for name in ("indptr", "indices", "data"):
-        a = np.load(one / f"{name}.csc.index.npy")
-        b = np.load(root / "index" / f"{name}.csc.index.npy")
-        assert a.shape == b.shape and np.array_equal(a, b), name
-    assert single.search("kalo mine", 5) == index.search("kalo mine", 5)
+        one = np.load(tmp_path / "one" / f"{name}.csc.index.npy")
+        for other in (root / "index", tmp_path / "many"):
+            assert np.array_equal(np.load(other / f"{name}.csc.index.npy"), one), (name, other)
+    assert DiskBM25Index(tmp_path / "many").search("kalo mine", 5) == index.search("kalo mine", 5)
+
+
+def test_token_blocks_hand_example():
+    # postings per token: 3, 0, 7, 1; blocks of ~4: [t0, t1) = [0, 2) (3), [2, 3) (7: one token never splits), [3, 4)
+    assert token_blocks(np.array([0, 3, 3, 10, 11]), 4) == [(0, 2), (2, 3), (3, 4)]
+    assert token_blocks(np.array([0, 3, 3, 10, 11]), 100) == [(0, 4)]
 
 
 def test_search_qa_plays_on_the_disk_index(built, tmp_path):

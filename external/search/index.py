@@ -179,7 +179,7 @@ def build_index(
     progress: bool = True,
     total: int | None = None,
     extra_manifest: dict | None = None,
-    block_nnz: int = 2_000_000,
+    block_nnz: int = 500_000,
 ) -> BuildStats:
     """Index the documents of ``texts`` (consumed once, in order; document i = the i-th text) into ``out_dir``.
 

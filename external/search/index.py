@@ -103,13 +103,20 @@ def _spill(texts: Iterable[str], tmp: Path, chunk_size: int, stopwords: str | No
     return vocab, df[: len(vocab)], np.concatenate(lengths) if lengths else np.zeros(0, np.int64), n_chunks
 
 
-def _release(array: np.memmap) -> None:
-    """Write the memmap's dirty pages to its file and drop them from this process's resident set (they stay in the
-    page cache), so the output arrays do not count towards the build's memory. No-op where madvise is missing."""
-    array.flush()
+def _release(array: np.memmap, lo: int, hi: int, dirty: bool) -> None:
+    """Flush (``dirty``) and drop items ``[lo, hi)`` of a memmap from this process's resident set, page-aligned
+    inwards-out (they stay in the page cache and are re-read on access), so files streamed through memory maps do
+    not accumulate in the build's memory. No-op where madvise is missing."""
     raw = getattr(array, "_mmap", None)
-    if raw is not None and hasattr(mmap, "MADV_DONTNEED"):
-        raw.madvise(mmap.MADV_DONTNEED)
+    if raw is None or not hasattr(mmap, "MADV_DONTNEED") or hi <= lo:
+        return
+    base = array.offset % mmap.ALLOCATIONGRANULARITY  # the array's first byte within the mapping
+    first = (base + lo * array.itemsize) // mmap.PAGESIZE * mmap.PAGESIZE
+    last = -(-(base + hi * array.itemsize) // mmap.PAGESIZE) * mmap.PAGESIZE
+    length = min(last, len(raw)) - first
+    if dirty:
+        raw.flush(first, length)
+    raw.madvise(mmap.MADV_DONTNEED, first, length)
 
 
 def token_blocks(indptr: np.ndarray, block_nnz: int) -> list[tuple[int, int]]:
@@ -145,13 +152,16 @@ def _merge(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.ndar
     indices = np.lib.format.open_memmap(out / INDICES, mode="w+", dtype=np.int32, shape=(nnz,))
     chunks = [{k: np.load(tmp / f"chunk{c:06d}.{k}.npy", mmap_mode="r") for k in ("token", "doc", "tf")}
               for c in range(n_chunks)]
+    cursors = [0] * n_chunks
     for t0, t1 in tqdm(token_blocks(indptr, block_nnz), desc="BM25 pass 2/2: write", unit="block",
                        disable=not progress):
-        parts = []
-        for chunk in chunks:
-            lo, hi = np.searchsorted(chunk["token"], [t0, t1])
+        parts, block_starts = [], list(cursors)
+        for c, chunk in enumerate(chunks):  # blocks ascend, so each chunk is read forward from its cursor
+            lo = cursors[c]
+            hi = lo + int(np.searchsorted(chunk["token"][lo:], t1))
             if hi > lo:
                 parts.append((chunk["token"][lo:hi], chunk["doc"][lo:hi], chunk["tf"][lo:hi]))
+            cursors[c] = hi
         if not parts:
             continue
         token, doc, tf = (np.concatenate(p) for p in zip(*parts, strict=True))
@@ -162,8 +172,12 @@ def _merge(tmp: Path, out: Path, n_chunks: int, df: np.ndarray, doc_len: np.ndar
             raise RuntimeError(f"BM25 build: block {t0}-{t1} has {len(token)} postings, expected {end - start}")
         data[start:end] = idf[token] * (tf / (tf + norm[doc]))
         indices[start:end] = doc
-        _release(data)
-        _release(indices)
+        _release(data, start, end, dirty=True)
+        _release(indices, start, end, dirty=True)
+        for chunk, lo, hi in zip(chunks, block_starts, cursors, strict=True):
+            _release(chunk["token"], lo, len(chunk["token"]), dirty=False)  # also the binary search's pages
+            _release(chunk["doc"], lo, hi, dirty=False)
+            _release(chunk["tf"], lo, hi, dirty=False)
     del data, indices
     np.save(out / INDPTR, indptr)
     return nnz

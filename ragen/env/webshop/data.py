@@ -16,6 +16,10 @@ from the first four multiples of 10 above that price, stated in the instruction 
 ``, and price lower than X dollars`` (no bound when fewer than two such values exist); human goals
 without attributes are dropped. Splits: after a fixed shuffle, test = first ``test_size`` goals,
 validation = next ``val_size``, train = the rest (500 / 1000 in WebShop).
+
+A *converted* catalog folder (``python -m ragen_external.webshop.convert``, for the full 1.18M-product files) is
+read instead when ``data_dir`` holds ``catalog.json``: products are served one at a time from ``products.jsonl``
+(``LazyProducts``), goals come precomputed from ``goals.jsonl`` and the BM25 index from ``index/`` (memory-mapped).
 """
 
 from __future__ import annotations
@@ -23,15 +27,24 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from ragen.env.bm25_disk import JsonlStore
 
 SHIPPED_DIR = Path(__file__).resolve().parents[2] / "data" / "webshop"
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 NO_PRICE_BOUND = 1_000_000.0
 DEFAULT_PRICE = 100.0
 SPLITS = ("train", "val", "test", "all")
+CONVERTED_MANIFEST = "catalog.json"
+CONVERTED_FORMAT, CONVERTED_VERSION = "ragen-webshop-catalog", 1
+PRODUCTS_FILE, GOALS_FILE, ASINS_FILE, ASIN_ORDER_FILE, INDEX_DIR = (
+    "products.jsonl", "goals.jsonl", "asins.npy", "asin_order.npy", "index")
 
 
 @dataclass
@@ -72,8 +85,58 @@ class Goal:
 class Catalog:
     """Products by ASIN (file order kept) and all human goals (file order)."""
 
-    products: dict[str, Product]
+    products: Mapping[str, Product]  # a dict, or LazyProducts for a converted catalog
     goals: list[Goal] = field(default_factory=list)
+    converted_dir: Path | None = None  # set for a converted catalog (its BM25 index is in converted_dir / "index")
+
+
+class LazyProducts(Mapping):
+    """The products of a converted catalog by ASIN, read from ``products.jsonl`` on access (recent ones cached).
+
+    ``asins.npy`` holds the ASINs in file order (row i = line i) and ``asin_order.npy`` their sort order, so a
+    lookup is a binary search over memory-mapped arrays: no per-product Python object stays in memory."""
+
+    def __init__(self, root: Path):
+        self.records = JsonlStore(root / PRODUCTS_FILE)
+        self.asins = np.load(root / ASINS_FILE, mmap_mode="r")
+        self.order = np.load(root / ASIN_ORDER_FILE, mmap_mode="r")
+        if not len(self.asins) == len(self.order) == len(self.records):
+            raise ValueError(f"converted WebShop catalog {str(root)!r} is inconsistent (asins / products differ)")
+
+    def row(self, asin: str) -> int | None:
+        """The line of ``asin`` in products.jsonl, or None."""
+        j = int(np.searchsorted(self.asins, asin, sorter=self.order))
+        if j < len(self.order) and self.asins[self.order[j]] == asin:
+            return int(self.order[j])
+        return None
+
+    def __getitem__(self, asin: str) -> Product:
+        row = self.row(asin) if isinstance(asin, str) else None
+        if row is None:
+            raise KeyError(asin)
+        return Product(**self.records[row])
+
+    def __contains__(self, asin: object) -> bool:
+        return isinstance(asin, str) and self.row(asin) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return (str(a) for a in self.asins)
+
+    def __len__(self) -> int:
+        return len(self.asins)
+
+
+def load_converted(root: Path) -> Catalog:
+    """A catalog folder written by ``ragen_external.webshop.convert`` (see the module docstring)."""
+    manifest = json.loads((root / CONVERTED_MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("format") != CONVERTED_FORMAT or manifest.get("version") != CONVERTED_VERSION:
+        raise ValueError(
+            f"data_dir={str(root)!r}: {CONVERTED_MANIFEST} has format {manifest.get('format')!r} version "
+            f"{manifest.get('version')!r}, expected {CONVERTED_FORMAT!r} version {CONVERTED_VERSION}; convert again"
+        )
+    with (root / GOALS_FILE).open(encoding="utf-8") as f:
+        goals = [Goal(**json.loads(line)) for line in f if line.strip()]
+    return Catalog(products=LazyProducts(root), goals=goals, converted_dir=root)
 
 
 def parse_pricing(pricing: Any) -> list[float]:
@@ -146,7 +209,7 @@ def price_upper_for(price: float, rng: random.Random) -> float:
     return sorted(rng.sample(candidates, 2))[1]
 
 
-def build_goals(products: dict[str, Product], human: dict[str, Any], seed: int = 233) -> list[Goal]:
+def build_goals(products: Mapping[str, Product], human: dict[str, Any], seed: int = 233) -> list[Goal]:
     """Human goals for the products present in ``products`` (file order); attribute-less ones are dropped."""
     goals = []
     for asin, instructions in human.items():
@@ -193,8 +256,11 @@ def load_catalog(
     goals_file: str = "items_human_ins.json",
     seed: int = 233,
 ) -> Catalog:
-    """Read products, attributes and human goals from ``data_dir`` (the shipped small set when None)."""
+    """Read products, attributes and human goals from ``data_dir`` (the shipped small set when None), or the
+    converted catalog in ``data_dir`` when it has ``catalog.json`` (the file names and seed are then unused)."""
     root = Path(data_dir).expanduser() if data_dir is not None else SHIPPED_DIR
+    if (root / CONVERTED_MANIFEST).is_file():
+        return load_converted(root)
     raw_products = _read_json(root / products_file)
     attrs = _read_json(root / attributes_file)
     products: dict[str, Product] = {}

@@ -26,8 +26,9 @@ import itertools
 import re
 
 from ragen.env.base import StepResult, register
+from ragen.env.bm25_disk import DiskBM25Index
 from ragen.env.webshop import pages
-from ragen.env.webshop.data import Catalog, Goal, load_catalog, split_goals
+from ragen.env.webshop.data import INDEX_DIR, Catalog, Goal, load_catalog, split_goals
 from ragen.env.webshop.pages import PageState, ProductSearch
 from ragen.env.webshop.scoring import (
     MATCH_THRESHOLD,
@@ -56,6 +57,9 @@ def _load(data_dir, products_file, attributes_file, goals_file, seed) -> tuple[C
     catalog = load_catalog(data_dir, products_file, attributes_file, goals_file, seed)
     if not catalog.products:
         raise ValueError(f"no products in {products_file!r} under {data_dir!r}")
+    if catalog.converted_dir is not None:  # a converted full catalog: its BM25 index was built once, on disk
+        index = DiskBM25Index(catalog.converted_dir / INDEX_DIR, key="env.config.data_dir")
+        return catalog, ProductSearch.from_index(catalog.products.asins, index)
     return catalog, ProductSearch(list(catalog.products.values()))
 
 
@@ -64,7 +68,8 @@ class WebShopEnv:
     """WebShop over a catalog in WebShop's JSON formats (the shipped small catalog by default).
 
     Args:
-        data_dir: folder with the three JSON files; None = the shipped catalog (ragen/data/webshop).
+        data_dir: folder with the three JSON files, or a catalog converted by ``python -m
+            ragen_external.webshop.convert`` (full WebShop data, served from disk); None = the shipped catalog.
         products_file / attributes_file / goals_file: items_shuffle / items_ins_v2 / items_human_ins
             file names (e.g. items_shuffle_1000.json and items_ins_v2_1000.json for the 1k set).
         split: "train", "val", "test" or "all" goals.

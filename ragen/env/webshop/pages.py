@@ -17,9 +17,11 @@ Click targets are lower-cased: buttons, an ASIN on a results page, an option val
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ragen.env.bm25 import BM25Index
+from ragen.env.bm25_disk import DiskBM25Index
 from ragen.env.webshop.data import Product
 
 SEP = " [SEP] "
@@ -30,11 +32,22 @@ DETAIL_BUTTONS = ("description", "features", "reviews")
 
 
 class ProductSearch:
-    """BM25 over each product's title, description, first bullet point and option values."""
+    """BM25 over each product's title, description, first bullet point and option values.
+
+    Built in memory from ``products``, or (``from_index``) over a prebuilt disk index whose document i is the
+    product with ASIN ``asins[i]`` (a converted catalog)."""
 
     def __init__(self, products: list[Product]):
-        self.asins = [p.asin for p in products]
-        self.index = BM25Index([self.document(p) for p in products])
+        self.asins: Sequence[str] = [p.asin for p in products]
+        self.index: BM25Index | DiskBM25Index = BM25Index([self.document(p) for p in products])
+
+    @classmethod
+    def from_index(cls, asins: Sequence[str], index: DiskBM25Index) -> ProductSearch:
+        if len(asins) != index.size:
+            raise ValueError(f"the product index has {index.size} documents for {len(asins)} products; convert again")
+        engine = cls.__new__(cls)
+        engine.asins, engine.index = asins, index
+        return engine
 
     @staticmethod
     def document(product: Product) -> str:
@@ -45,7 +58,7 @@ class ProductSearch:
 
     def search(self, query: str, k: int = MAX_HITS) -> list[str]:
         """ASINs of the top ``k`` hits for ``query``, best first."""
-        return [self.asins[hit.index] for hit in self.index.search(query.lower(), k)]
+        return [str(self.asins[hit.index]) for hit in self.index.search(query.lower(), k)]
 
 
 @dataclass
@@ -79,7 +92,7 @@ def format_price(price: float) -> str:
     return f"${price:.2f}"
 
 
-def clickables(state: PageState, products: dict[str, Product]) -> list[str]:
+def clickables(state: PageState, products: Mapping[str, Product]) -> list[str]:
     """The lower-cased click targets of the current page, in page order."""
     if state.kind == "results":
         buttons = [BACK_TO_SEARCH]
@@ -103,7 +116,7 @@ def _detail_text(product: Product, detail: str) -> str:
     return "N.A."
 
 
-def render(state: PageState, products: dict[str, Product], instruction: str) -> str:
+def render(state: PageState, products: Mapping[str, Product], instruction: str) -> str:
     """The text of the current page (see the module docstring for the grammar)."""
     if state.kind == "search":
         return SEP.join(["WebShop", "Instruction:", instruction, "Search"])

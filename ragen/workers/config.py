@@ -22,6 +22,9 @@ LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = MIXED_PRECISIONS  # ("auto", "bf16", "fp32")
 LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
+# Ray placement group strategies for the ranks of a worker group (``ragen.workers.group``): PACK keeps the bundles
+# on as few nodes as possible, SPREAD on as many; the STRICT_ forms fail rather than bend.
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 def _check_common(cfg, prefix: str) -> None:

@@ -6,8 +6,9 @@ resource naming it. The trainer joins it (``trainer.ray_address``, never a Ray o
 1. ``python -m ragen.train`` (GAE) with the actor at FSDP world size 2 (gloo over loopback), SPREAD placement:
    exits 0, its two ranks ran on the two different nodes, and after 2 PPO steps its parameters equal an in-process
    world-size-1 run's;
-2. a worker killed (SIGKILL) mid-run with ``trainer.max_restarts=1``: the worker groups are rebuilt from the last
-   checkpoint, every step is logged once, ``trainer/restarts`` counts 1;
+2. the actor's process killed (SIGKILL) in step 2 with ``trainer.max_restarts=1``: the worker groups are rebuilt
+   from checkpoint 1, every step is logged once, ``trainer/restarts`` counts 1, and the parameters again equal the
+   uninterrupted world-size-1 run's;
 3. the second node gone: a world-size-2 SPREAD run fails within seconds naming the missing resources (no hang).
 
 The tests share the cluster and run in file order (the last one removes the node).
@@ -53,7 +54,28 @@ def cluster():
     c.shutdown()
 
 
-def test_world_size_2_spread_over_two_nodes_equals_world_size_1(cluster, tmp_path, subprocess_env):
+@pytest.fixture(scope="module")
+def ws1_reference(tmp_path_factory) -> dict:
+    """The 2-step GAE run in-process at world size 1 (no Ray): its final actor weights and last metrics."""
+    out = tmp_path_factory.mktemp("ws1")
+    run(load_train_config("ppo_bandit", [*tiny_overrides(out, 2), *GAE, "trainer.use_ray=false"]))
+    weights = load_actor_weights(out / "checkpoints" / "global_step_2")
+    initial = tiny_init_weights()
+    assert max(float((weights[k] - v).abs().max()) for k, v in initial.items()) > 1e-4  # the update moved them
+    return {"weights": weights, "metrics": read_metrics(out)[-1]}
+
+
+def _assert_same_run(run_dir: Path, reference: dict) -> None:
+    got, want = load_actor_weights(run_dir / "checkpoints" / "global_step_2"), reference["weights"]
+    assert got.keys() == want.keys()
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=2e-5, rtol=1e-4, msg=k)
+    last = read_metrics(run_dir)[-1]
+    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss"):
+        assert last[key] == pytest.approx(reference["metrics"][key], rel=1e-4, abs=1e-6), key
+
+
+def test_world_size_2_spread_over_two_nodes_equals_world_size_1(cluster, ws1_reference, tmp_path, subprocess_env):
     run_dir = tmp_path / "ws2"
     overrides = [*tiny_overrides(run_dir, 2), *GAE, "trainer.actor_world_size=2",
                  "trainer.placement_strategy=SPREAD", f"trainer.ray_address={cluster.address}"]
@@ -68,22 +90,12 @@ def test_world_size_2_spread_over_two_nodes_equals_world_size_1(cluster, tmp_pat
     assert [r["step"] for r in records] == [1, 2]
     assert_all_finite(records)
 
-    one_dir = tmp_path / "ws1"  # the same run in-process at world size 1 (no Ray)
-    run(load_train_config("ppo_bandit", [*tiny_overrides(one_dir, 2), *GAE, "trainer.use_ray=false"]))
-    two = load_actor_weights(run_dir / "checkpoints" / "global_step_2")
-    one = load_actor_weights(one_dir / "checkpoints" / "global_step_2")
-    initial = tiny_init_weights()
-    assert max(float((one[k] - v).abs().max()) for k, v in initial.items()) > 1e-4  # the update moved them
-    assert two.keys() == one.keys()
-    for k in one:
-        torch.testing.assert_close(two[k], one[k], atol=2e-5, rtol=1e-4, msg=k)
-    for key in ("actor/pg_loss", "actor/grad_norm", "critic/vf_loss"):
-        assert read_metrics(one_dir)[-1][key] == pytest.approx(records[-1][key], rel=1e-4, abs=1e-6), key
+    _assert_same_run(run_dir, ws1_reference)
 
 
-def test_killed_worker_is_replaced_from_the_last_checkpoint(cluster, tmp_path, monkeypatch):
+def test_killed_worker_is_replaced_from_the_last_checkpoint(cluster, ws1_reference, tmp_path, monkeypatch):
     """SIGKILL the actor's process as step 2's update starts: the run restarts once from checkpoint 1, redoes
-    step 2, finishes step 3, and logs every step once with ``trainer/restarts``."""
+    step 2 and logs every step once with ``trainer/restarts``; it ends where the uninterrupted run ends."""
     from ragen.workers.group import WorkerGroup
 
     real, killed, updates = WorkerGroup.call, [], {"n": 0}
@@ -98,17 +110,18 @@ def test_killed_worker_is_replaced_from_the_last_checkpoint(cluster, tmp_path, m
         return real(self, method, batch, **kw)
 
     monkeypatch.setattr(WorkerGroup, "call", call)
-    cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 3), *GRPO, "trainer.save_freq=1",
+    cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 2), *GAE, "trainer.save_freq=1",
                                            "trainer.max_restarts=1", f"trainer.ray_address={cluster.address}"])
     metrics = run(cfg)
-    assert updates["n"] == 4  # steps 1, 2 (killed), 2 again, 3
+    assert updates["n"] == 3  # steps 1, 2 (killed), 2 again
     records = read_metrics(tmp_path)
-    assert [r["step"] for r in records] == [1, 2, 3]
-    assert [r["trainer/restarts"] for r in records] == [0.0, 1.0, 1.0] and metrics["trainer/restarts"] == 1.0
+    assert [(r["step"], r["trainer/restarts"]) for r in records] == [(1, 0.0), (2, 1.0)]
+    assert metrics["trainer/restarts"] == 1.0
     assert_all_finite(records)
     pid_after = json.loads((tmp_path / "placement.json").read_text())["actor"][0]["pid"]
     assert len(killed) == 1 and pid_after != killed[0]  # a new process
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["global_step_2", "global_step_3"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["global_step_1", "global_step_2"]
+    _assert_same_run(tmp_path, ws1_reference)
 
 
 def test_cluster_missing_a_node_fails_fast_naming_the_resources(cluster, tmp_path):

@@ -6,8 +6,10 @@
 #
 # The first argument is the launch script (train_ppo.sh, train_ppo_bilevel.sh, train_ppo_multi_turn.sh), the rest
 # are its Hydra overrides; trainer.nnodes and trainer.n_gpus_per_node are set from the allocation. The repository
-# (and its .venv, made by scripts/bootstrap.sh) must be on a file system every node sees. Settings (environment):
-# RAY_PORT (6379), RAY_JOIN_TIMEOUT (seconds for all nodes to join, 300).
+# (and its .venv, made by scripts/bootstrap.sh) must be on a file system every node sees, and so must Ray's token
+# (~/.ray/auth_token in a shared home, made here if missing) unless RAY_AUTH_MODE=disabled. Settings (environment):
+# RAY_PORT (6379), RAY_HEAD_IP (default: the first address of `hostname -I`), RAY_JOIN_TIMEOUT (seconds for all
+# nodes to join, 300).
 #SBATCH --job-name=ragen
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
@@ -31,9 +33,42 @@ CPUS="${SLURM_CPUS_PER_TASK:-$(nproc)}"
 : "${SLURM_JOB_NODELIST:?submit this script with sbatch (no SLURM allocation found)}"
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 HEAD="${NODES[0]}"  # this batch script runs on the first node of the allocation
-HEAD_IP="$(hostname --ip-address | awk '{print $1}')"
+HEAD_IP="${RAY_HEAD_IP:-$(hostname -I | awk '{print $1}')}"  # not --ip-address: often 127.0.1.1
 ADDRESS="$HEAD_IP:$PORT"
 echo "[slurm] ${#NODES[@]} node(s): ${NODES[*]}; Ray head $HEAD at $ADDRESS; $GPUS GPU(s), $CPUS CPU(s) per node"
+
+# Ray's token authentication, one mode for the whole job: `ray start --head` turns it on by itself when a token
+# exists, but a driver that joins by address only with RAY_AUTH_MODE=token (exported: srun steps and the launch
+# script inherit it). Every node reads the token from ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+if [[ "$RAY_AUTH_MODE" == token && -z "${RAY_AUTH_TOKEN:-}${RAY_AUTH_TOKEN_PATH:-}" && ! -s "$HOME/.ray/auth_token" ]]; then
+    ray get-auth-token --generate >/dev/null
+fi
+
+# wait_for_nodes N: until the Ray cluster at $ADDRESS answers and has N alive nodes (else exit after JOIN_TIMEOUT)
+wait_for_nodes() {
+    python - "$ADDRESS" "$1" "$JOIN_TIMEOUT" <<'PY'
+import sys
+import time
+
+import ray
+
+address, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+deadline, alive = time.monotonic() + timeout, 0
+while time.monotonic() < deadline:
+    try:
+        if not ray.is_initialized():
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        alive = sum(1 for n in ray.nodes() if n["Alive"])
+    except Exception as exc:  # the head is not up yet
+        print(f"[slurm] waiting for the Ray head at {address}: {type(exc).__name__}", file=sys.stderr)
+    if alive >= want:
+        print(f"[slurm] {alive} Ray node(s) up: {ray.cluster_resources()}")
+        sys.exit(0)
+    time.sleep(5)
+sys.exit(f"[slurm] only {alive} of {want} Ray node(s) up at {address} within {timeout:g}s")
+PY
+}
 
 PIDS=()
 cleanup() {
@@ -48,37 +83,14 @@ srun --overlap --nodes=1 --ntasks=1 -w "$HEAD" \
     --include-dashboard=false --block &
 PIDS+=("$!")
 
-waited=0
-until ray status --address="$ADDRESS" >/dev/null 2>&1; do
-    if (( waited >= JOIN_TIMEOUT )); then
-        echo "[slurm] the Ray head did not come up at $ADDRESS within ${JOIN_TIMEOUT}s" >&2
-        exit 1
-    fi
-    sleep 5
-    waited=$(( waited + 5 ))
-done
-
+wait_for_nodes 1  # the head
 for node in "${NODES[@]:1}"; do
     srun --overlap --nodes=1 --ntasks=1 -w "$node" \
         ray start --address="$ADDRESS" --num-cpus="$CPUS" --num-gpus="$GPUS" --block &
     PIDS+=("$!")
 done
 
-python - "$ADDRESS" "${#NODES[@]}" "$JOIN_TIMEOUT" <<'PY'
-import sys
-import time
-
-import ray
-
-address, want, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-deadline = time.monotonic() + timeout
-while (alive := sum(1 for n in ray.nodes() if n["Alive"])) < want:
-    if time.monotonic() > deadline:
-        sys.exit(f"[slurm] only {alive} of {want} Ray nodes joined within {timeout:g}s")
-    time.sleep(5)
-print(f"[slurm] {alive} Ray nodes up: {ray.cluster_resources()}")
-PY
+wait_for_nodes "${#NODES[@]}"
 
 status=0
 RAY_ADDRESS="$ADDRESS" bash "$REPO/$LAUNCH" trainer.nnodes="${#NODES[@]}" trainer.n_gpus_per_node="$GPUS" "$@" \

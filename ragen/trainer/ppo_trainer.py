@@ -9,7 +9,8 @@ Per step::
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
-trainer state, saved with every checkpoint.
+trainer state, saved with every checkpoint. A dead worker stops the run naming the worker and phase, or, with
+``trainer.max_restarts``, the worker groups are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
 """
 
 from __future__ import annotations

@@ -86,15 +86,21 @@ def prepare_model(cfg: TrainConfig) -> tuple[str, Any]:
     return str(folder), tokenizer
 
 
+def ray_address(cfg: TrainConfig) -> str | None:
+    """The existing Ray cluster to join: ``trainer.ray_address``, else ``$RAY_ADDRESS``, else None (start one)."""
+    return cfg.trainer.ray_address or os.environ.get("RAY_ADDRESS") or None
+
+
 def start_ray(cfg: TrainConfig) -> None:
-    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray with enough logical CPUs for every rank."""
+    """Join the cluster at :func:`ray_address` (never starting a Ray of its own there), else start a local Ray with
+    enough logical CPUs for every rank."""
     if not cfg.trainer.use_ray:
         return
     import ray
 
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS")
+    address = ray_address(cfg)
     env_vars = {"TOKENIZERS_PARALLELISM": "false", NICE_VAR: str(niceness())}  # workers: the driver's priority
     if os.environ.get(ENV_VAR):  # the workers resolve precision "auto" themselves: pass the override on
         env_vars[ENV_VAR] = os.environ[ENV_VAR]
@@ -130,7 +136,9 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement
     if device(train_cfg) == "cuda":
         resources["GPU"] = GPU_SHARE[role]
     return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, placement_group=placement_group,
-                       label=role, call_timeout_s=train_cfg.trainer.worker_call_timeout_s, **init_kwargs)
+                       label=role, call_timeout_s=train_cfg.trainer.worker_call_timeout_s,
+                       placement_strategy=train_cfg.trainer.placement_strategy,
+                       placement_timeout_s=train_cfg.trainer.placement_timeout_s, **init_kwargs)
 
 
 def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None) -> dict[str, Any]:
@@ -271,3 +279,19 @@ def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, A
     val_proxy = AgentProxy(engine, tokenizer, val_agent, val, val, seed=cfg.rollout.val_seed,
                            val_seed=cfg.rollout.val_seed)
     return train_proxy, val_proxy
+
+
+def record_placement(workers: dict[str, Any], run_dir: Path) -> str:
+    """Where every rank of the Ray worker groups runs (``WorkerGroup.location``: Ray node id, host, pid), written to
+    ``<run dir>/placement.json`` (a restart overwrites it); returns a one-line summary for the console. In-process
+    groups have no placement: "" and no file."""
+    import json
+
+    where = {role: g.location() for role, g in workers.items() if g is not None and hasattr(g, "location")}
+    if not where:
+        return ""
+    (Path(run_dir) / "placement.json").write_text(json.dumps(where, indent=2))
+    nodes = {loc["node_id"] for locs in where.values() for loc in locs}
+    parts = [f"{role} " + ", ".join(f"r{loc['rank']}@{str(loc['node_id'])[:8]}" for loc in locs)
+             for role, locs in where.items()]
+    return f"[ragen] placement {len(nodes)} node(s): " + "; ".join(parts)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ragen.agent.config import AgentConfig
 from ragen.archer.config import ArcherSection
-from ragen.workers.config import ActorConfig, CriticConfig
+from ragen.workers.config import PLACEMENT_STRATEGIES, ActorConfig, CriticConfig
 
 
 class ConfigError(ValueError):
@@ -247,6 +247,11 @@ class TrainerSection:
     ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
     inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
     a Ray worker group may take before the run stops naming the worker and phase (null = no limit).
+    ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are rebuilt from the
+    last complete checkpoint, ``ragen.trainer.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
+    join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
+    placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for one
+    before failing with the resources the cluster lacks (``ragen.workers.placement_check``).
     """
 
     total_steps: int = 20
@@ -279,6 +284,10 @@ class TrainerSection:
     report_train_samples: int = 4
     max_consecutive_skips: int = 3
     worker_call_timeout_s: float | None = 3600.0
+    max_restarts: int = 0
+    ray_address: str | None = None
+    placement_strategy: str = "PACK"
+    placement_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.max_consecutive_skips < 0:
@@ -287,6 +296,14 @@ class TrainerSection:
         if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
             raise ValueError(f"trainer.worker_call_timeout_s must be > 0 seconds or null (no limit), got "
                              f"{self.worker_call_timeout_s}")
+        if self.max_restarts < 0:
+            raise ValueError(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
+                             f"{self.max_restarts}")
+        if self.placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"trainer.placement_strategy={self.placement_strategy!r} is unknown; use one of "
+                             f"{', '.join(PLACEMENT_STRATEGIES)}")
+        if not self.placement_timeout_s > 0:
+            raise ValueError(f"trainer.placement_timeout_s must be > 0 seconds, got {self.placement_timeout_s}")
 
 
 @dataclass(frozen=True)

@@ -39,21 +39,19 @@ def gpu_bundles(n_gpus: int, cpus_per_gpu: float) -> list[dict[str, float]]:
 def shared_placement_group(cfg: TrainConfig, make_pg: Callable[..., Any] | None = None) -> Any:
     """The run's shared placement group on GPUs (None on CPU or without Ray: each group makes its own).
 
-    ``make_pg(bundles, strategy=...)`` defaults to ``ray.util.placement_group``; the group is ready on return.
-    PACK: bundles of one node stay together; with several nodes Ray spreads the rest.
+    ``make_pg(bundles, strategy=...)`` defaults to ``ray.util.placement_group``; the group is ready on return, or
+    ``PlacementError`` names what the cluster lacks after ``trainer.placement_timeout_s``. Strategy
+    ``trainer.placement_strategy``: PACK (default) keeps the bundles on as few nodes as possible, SPREAD on as many.
     """
     if device(cfg) != "cuda" or not cfg.trainer.use_ray:
         return None
     if make_pg is None:
         from ray.util.placement_group import placement_group as make_pg
     cpus = cfg.trainer.cpus_per_worker * (1 + sum(1 for r in ("critic", "ref") if _role_enabled(cfg, r)))
-    pg = make_pg(gpu_bundles(total_gpus(cfg), cpus + 1), strategy="PACK")
-    ready = getattr(pg, "ready", None)
-    if ready is not None:
-        import ray
+    from ragen.workers.placement_check import reserve
 
-        ray.get(ready())
-    return pg
+    return reserve("the shared GPU placement group", gpu_bundles(total_gpus(cfg), cpus + 1),
+                   cfg.trainer.placement_strategy, cfg.trainer.placement_timeout_s, make_pg)
 
 
 def _role_enabled(cfg: TrainConfig, role: str) -> bool:

@@ -9,7 +9,8 @@ Per step::
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
-trainer state, saved with every checkpoint.
+trainer state, saved with every checkpoint. A dead worker stops the run naming the worker and phase, or, with
+``trainer.max_restarts``, the worker groups are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tqdm import tqdm
 
 from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, numerics, phases, placement, report_phase, turn_layout
+from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
@@ -59,6 +60,8 @@ class PPOTrainer:
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
         self.phase = "setup"  # the running phase, named when a worker fails
+        self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
+        self.placement_group: Any = None
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -70,8 +73,12 @@ class PPOTrainer:
         if with_workers:
             builders.start_ray(cfg)
             pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
+            self.placement_group = pg
             self.workers = builders.build_workers(cfg, self.model_path, pg)
         console.say(builders.startup_block(cfg, self.model_path, os.environ.get(console.LOG_VAR)))
+        where = builders.record_placement(self.workers, self.run_dir)
+        if where:
+            console.say(where)
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
         self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
         if self._nccl:
@@ -79,6 +86,7 @@ class PPOTrainer:
 
             placement.init_nccl_sync(cfg, self.engine, self.workers["actor"], ray.get)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
+        self.initial_state = restarts.initial_state(self)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
         if self.resumed_from is not None:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
@@ -115,25 +123,39 @@ class PPOTrainer:
         bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step", file=console.err_stream(),
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
-            metrics = self._guarded(self.train_step)
-            metrics.update(self.memory_metrics())
-            self.step += 1
-            self._rng_after_step = get_rng_state()
-            final = self.step == tr.total_steps
-            validating = final or (tr.val_freq > 0 and self.step % tr.val_freq == 0)
-            if validating:
-                metrics.update(self.validate())
-            self._log(metrics, self.step)
-            if validating:
-                self.write_report()
-            if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
-                self._guarded(self.save_checkpoint)
+            try:
+                last = self._advance()
+            except WorkerFailure as exc:  # a dead worker: stop (named), or rebuild from the last checkpoint
+                if self.restarts >= tr.max_restarts:
+                    raise
+                restarts.restart(self, exc)
+                bar.reset(total=tr.total_steps)
+                bar.update(self.step)
+                continue
             bar.update(1)
-            bar.set_postfix(bar_postfix(metrics), refresh=False)
-            last = metrics
+            bar.set_postfix(bar_postfix(last), refresh=False)
         bar.close()
         self.plot()
         return last
+
+    def _advance(self) -> dict[str, float]:
+        """One step of ``fit``: train, log (with validation when due), checkpoint when due; returns its metrics."""
+        tr = self.cfg.trainer
+        metrics = self._guarded(self.train_step)
+        metrics.update(self.memory_metrics())
+        metrics["trainer/restarts"] = float(self.restarts)
+        self.step += 1
+        self._rng_after_step = get_rng_state()
+        final = self.step == tr.total_steps
+        validating = final or (tr.val_freq > 0 and self.step % tr.val_freq == 0)
+        if validating:
+            metrics.update(self.validate())
+        self._log(metrics, self.step)
+        if validating:
+            self.write_report()
+        if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
+            self._guarded(self.save_checkpoint)
+        return metrics
 
     def train_step(self) -> dict[str, float]:
         """One PPO step; returns its metrics (rollout, actor/*, critic/*, timing/*, perf/*)."""

@@ -33,3 +33,19 @@ def match_driver_priority() -> int:
     except (OSError, ValueError) as exc:
         print(f"[ragen] worker niceness stays {niceness()} (could not match the driver's {target}: {exc})")
     return niceness()
+
+
+def location() -> dict[str, object]:
+    """Where this process runs: ``{"node_id": Ray node id (None outside Ray), "host", "pid"}``; workers report it
+    (``WorkerGroup.location``) so placement across a cluster can be checked and a rank's process found."""
+    import socket
+
+    node_id = None
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node_id = ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return {"node_id": node_id, "host": socket.gethostname(), "pid": os.getpid()}

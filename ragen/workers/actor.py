@@ -21,7 +21,7 @@ from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss,
 from ragen.models.value_head import HEAD_FILE, zero_value_head
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
-from ragen.utils.process import match_driver_priority, niceness
+from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers.config import ActorConfig, SharedValueHead
 from ragen.workers.data import TrainBatch
@@ -321,6 +321,10 @@ class PolicyWorker:
     def ping(self) -> int:
         """Returns the rank (readiness check for worker groups)."""
         return self.rank
+
+    def location(self) -> dict[str, object]:
+        """This rank and where it runs (Ray node id, host, pid): ``ragen.utils.process.location``."""
+        return {"rank": self.rank, **location()}
 
     def memory_stats(self) -> dict[str, float]:
         """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""

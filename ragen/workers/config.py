@@ -24,6 +24,9 @@ LOSS_AGG = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
 # Every linear map of a Llama-style decoder layer (mirrors ragen.workers.lora.DEFAULT_TARGETS; peft is imported lazily).
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Ray placement group strategies for the ranks of a worker group (``ragen.workers.group``): PACK keeps the bundles
+# on as few nodes as possible, SPREAD on as many; the STRICT_ forms fail rather than bend.
+PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
 def _check_common(cfg, prefix: str) -> None:

@@ -15,7 +15,7 @@ from ragen.algorithms.losses import value_loss
 from ragen.models.value_head import HEAD_FILE, ValueModel
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
-from ragen.utils.process import match_driver_priority, niceness
+from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers.actor import build_causal_lm
 from ragen.workers.config import CriticConfig
@@ -109,6 +109,10 @@ class CriticWorker:
 
     def ping(self) -> int:
         return self.rank
+
+    def location(self) -> dict[str, object]:
+        """This rank and where it runs (Ray node id, host, pid): ``ragen.utils.process.location``."""
+        return {"rank": self.rank, **location()}
 
     def memory_stats(self) -> dict[str, float]:
         """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""

@@ -1,9 +1,11 @@
 """Worker groups: one worker per rank, driven as a unit by the trainer.
 
-``WorkerGroup`` places ``world_size`` Ray actors in a placement group (one bundle per rank; STRICT_PACK on
-one node when it fits, else PACK across nodes), so the same code runs on a CPU box, a GPU box or an
-existing cluster (``RAY_ADDRESS``). ``LocalWorkerGroup`` is the in-process, world-size-1 twin with the same
-interface, for tests, debugging and the benchmark.
+``WorkerGroup`` places ``world_size`` Ray actors in a placement group (one bundle per rank, Ray strategy
+``placement_strategy``: PACK by default, SPREAD for one rank per node ...), so the same code runs on a CPU box, a
+GPU box or an existing cluster (``RAY_ADDRESS`` / ``trainer.ray_address``); a cluster too small for the bundles
+fails after ``placement_timeout_s`` naming what it lacks (``ragen.workers.placement_check``).
+``LocalWorkerGroup`` is the in-process, world-size-1 twin with the same interface, for tests, debugging and the
+benchmark.
 
 ``call(method, batch, **kw)`` splits a ``TrainBatch`` evenly by rank, mini-batch first: the global mini-batches
 (``mini_batch_size`` consecutive rows, from the workers' ``cfg``) are formed as at world size 1 and each is
@@ -20,7 +22,9 @@ from typing import Any
 
 import torch
 
+from ragen.workers.config import PLACEMENT_STRATEGIES
 from ragen.workers.data import TrainBatch, shard_rows
+from ragen.workers.placement_check import reserve
 
 
 def combine(results: list[Any], rows: list[torch.Tensor] | None = None) -> Any:
@@ -132,7 +136,8 @@ class WorkerGroup:
     ``resources_per_worker``: Ray resources of one rank, e.g. ``{"CPU": 1}`` (default) or ``{"GPU": 1, "CPU": 4}``.
     ``mini_batch_size``: the global mini-batch size batches are sharded by (default: ``init_kwargs["cfg"]``'s).
     ``placement_group``: an existing Ray placement group with >= world_size bundles (e.g. to co-locate the actor
-    and critic groups); by default the group creates and owns one. Ray must already be initialised
+    and critic groups); by default the group creates and owns one with ``placement_strategy`` (Ray's PACK / SPREAD /
+    STRICT_PACK / STRICT_SPREAD), waiting at most ``placement_timeout_s`` for it. Ray must already be initialised
     (``ray.init(...)``) by the driver. ``call_timeout_s``: seconds a ``call`` / ``call_rank0`` may take (None = no
     limit); a dead rank or a timeout raises :class:`WorkerFailure` naming ``label`` (default: the init kwarg
     ``role``, else the class name; ``role`` itself goes to the workers' constructors).
@@ -140,7 +145,8 @@ class WorkerGroup:
 
     def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
                  placement_group: Any = None, ready_timeout_s: float = 600.0, mini_batch_size: int | None = None,
-                 call_timeout_s: float | None = None, label: str | None = None, **init_kwargs: Any):
+                 call_timeout_s: float | None = None, label: str | None = None, placement_strategy: str = "PACK",
+                 placement_timeout_s: float = 300.0, **init_kwargs: Any):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -154,7 +160,12 @@ class WorkerGroup:
         self.mini_batch_size = mini_batch_size or getattr(init_kwargs.get("cfg"), "mini_batch_size", None)
         res = dict(resources_per_worker or {"CPU": 1})
         self._owns_pg = placement_group is None
-        self.placement_group = placement_group or self._make_placement_group(res, world_size)
+        if placement_strategy not in PLACEMENT_STRATEGIES:
+            raise ValueError(f"placement_strategy={placement_strategy!r} is unknown; use one of "
+                             f"{', '.join(PLACEMENT_STRATEGIES)}")
+        self.placement_group = placement_group or reserve(
+            f"{self.role} worker group", [dict(res) for _ in range(world_size)], placement_strategy,
+            placement_timeout_s)
 
         def strategy(i: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i)
@@ -170,22 +181,9 @@ class WorkerGroup:
         ]
         ray.get([w.ping.remote() for w in self.workers], timeout=ready_timeout_s)
 
-    @staticmethod
-    def _make_placement_group(res: dict, world_size: int):
-        import ray
-        from ray.util.placement_group import placement_group, remove_placement_group
-
-        bundles = [dict(res) for _ in range(world_size)]
-        pg = placement_group(bundles, strategy="STRICT_PACK")
-        if pg.wait(timeout_seconds=10):
-            return pg
-        remove_placement_group(pg)
-        pg = placement_group(bundles, strategy="PACK")
-        if not pg.wait(timeout_seconds=300):
-            remove_placement_group(pg)
-            raise RuntimeError(f"Ray could not reserve {world_size} bundles of {res} (cluster resources: "
-                               f"{ray.cluster_resources()}); lower the world size or the resources per worker")
-        return pg
+    def location(self) -> list[dict[str, Any]]:
+        """Where each rank runs: ``{"rank", "node_id", "host", "pid"}`` per rank (``ragen.utils.process.location``)."""
+        return get_results([w.location.remote() for w in self.workers], self.role, "location", self.call_timeout_s)
 
     def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
         """Run ``method`` on every rank (rank r gets its share of every global mini-batch of ``batch``) and combine

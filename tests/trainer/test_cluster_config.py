@@ -36,7 +36,7 @@ class FakeRay:
 @pytest.mark.parametrize(("key", "env", "expected"), [
     ("10.0.0.1:6379", "10.9.9.9:6379", "10.0.0.1:6379"),  # the config key wins
     (None, "10.9.9.9:6379", "10.9.9.9:6379"),
-    (None, None, None),  # nothing given: a local Ray with num_cpus
+    (None, None, "local"),  # nothing given: a fresh local Ray with num_cpus (never one found on the machine)
 ])
 def test_start_ray_joins_the_given_cluster_and_never_starts_its_own(monkeypatch, key, env, expected):
     fake = FakeRay()
@@ -49,7 +49,7 @@ def test_start_ray_joins_the_given_cluster_and_never_starts_its_own(monkeypatch,
     builders.start_ray(cfg)
     (call,) = fake.calls
     assert call.get("address") == expected
-    assert ("num_cpus" in call) == (expected is None)  # joining a cluster never sizes (starts) a Ray
+    assert ("num_cpus" in call) == (expected == "local")  # joining a cluster never sizes (starts) a Ray
 
 
 def test_placement_settings_are_checked_before_ray_starts():

@@ -13,7 +13,7 @@ from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
 from ragen.workers import PolicyWorker
 
-FAST = ["trainer.use_ray=false", "trainer.val_before_train=false"]
+FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.sft_warmup_steps=0"]
 
 
 def test_critic_warmup_updates_only_the_critic(tmp_path):

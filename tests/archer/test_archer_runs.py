@@ -20,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _overrides(out: Path, steps: int = 2, ray: bool = False) -> list[str]:
     return [
-        "model=tiny", "archer.encoder=tiny", "archer.critic_hidden=16", f"trainer.output_dir={out}",
+        "model=tiny", "critic.encoder=tiny", "critic.head_hidden=16", f"trainer.output_dir={out}",
         f"trainer.total_steps={steps}", "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false",
         "agent.max_new_tokens=12", "rollout.n_groups=2", "rollout.val_n_groups=1", "actor.mini_batch_size=4",
         "actor.micro_batch_size=2", "archer.batch_size=4", "archer.critic_epochs=2", "archer.warmup_iter=1",
-        "actor.lr=1e-3", "archer.critic_lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
+        "actor.lr=1e-3", "critic.lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
         "rollout.dtype=float32", f"trainer.use_ray={str(ray).lower()}", "env.max_turn=2", "trainer.save_freq=1",
         "trainer.keep_last_ckpt=null", "trainer.val_before_train=false", "archer.chai_candidates=3",
     ]
@@ -103,9 +103,29 @@ def test_bad_archer_config_names_the_key():
 
     with pytest.raises(ConfigError, match="agent.layout"):
         validate_archer(load_train_config("archer_twenty_questions", ["agent.layout=trajectory"]))
-    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "archer.algorithm=dqn"], cwd=ROOT,
+    with pytest.raises(ConfigError, match="critic.head_hidden=0"):
+        validate_archer(load_train_config("archer_twenty_questions", ["critic.head_hidden=0"]))
+    with pytest.raises(ConfigError, match="algorithm.name='ppo' is not in the ArCHer family"):
+        validate_archer(load_train_config("archer_twenty_questions", ["algorithm.name=ppo"]))
+    with pytest.raises(ConfigError, match="archer.batch_size=3 must be a multiple of trainer.critic_world_size=2"):
+        validate_archer(load_train_config("archer_twenty_questions", ["archer.batch_size=3", "actor.mini_batch_size=1",
+                                                                      "actor.micro_batch_size=1",
+                                                                      "trainer.critic_world_size=2"]))
+    from ragen.trainer.validate import validate
+
+    with pytest.raises(ConfigError, match="agent.layout"):  # ragen.train's check runs the ArCHer family's checks
+        validate(load_train_config("chai_twenty_questions", ["agent.layout=trajectory"]))
+    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "algorithm.name=dqn"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "archer.algorithm='dqn' is unknown" in proc.stderr
+    assert proc.returncode == 2 and "algorithm.name='dqn' is unknown" in proc.stderr
+
+
+def test_issue_key_names_reach_the_critic_worker():
+    """``critic.freeze_encoder`` / ``critic.encoder`` / ``critic.lr`` ... of the config are the worker's settings."""
+    cfg = load_train_config("archer_twenty_questions", ["critic.freeze_encoder=true", "critic.encoder=tiny",
+                                                         "critic.lr=3e-4", "critic.head_hidden=32", "archer.tau=0.2"])
+    s = critic_settings(cfg)
+    assert (s.freeze_encoder, s.encoder, s.lr, s.hidden, s.tau, s.gamma) == (True, "tiny", 3e-4, 32, 0.2, 0.95)
 
 
 ARCHER_CONFIGS = sorted(p.stem for p in (ROOT / "config").glob("*.yaml")
@@ -121,7 +141,7 @@ def test_archer_configs_validate(name):
     validate_archer(cfg)
     assert cfg.agent.layout == "turn"
     expected = "chai" if name.startswith("chai") else "filtered_bc" if name.startswith("filtered_bc") else "archer"
-    assert cfg.archer.algorithm == expected
+    assert cfg.algorithm.name == expected
     if name.endswith("_paper"):
         a = cfg.archer
         assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,

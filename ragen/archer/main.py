@@ -25,9 +25,12 @@ def check_archer(cfg: TrainConfig) -> list[str]:
     if name != "chai" and a.batch_size % cfg.actor.mini_batch_size:
         out.append(f"archer.batch_size={a.batch_size} must be a multiple of actor.mini_batch_size="
                    f"{cfg.actor.mini_batch_size} (each actor / BC mini-batch is one or more optimizer steps)")
-    if cfg.actor.mini_batch_size % cfg.actor.micro_batch_size and cfg.trainer.actor_world_size in (None, 1):
-        out.append(f"actor.mini_batch_size={cfg.actor.mini_batch_size} must be a multiple of "
-                   f"actor.micro_batch_size={cfg.actor.micro_batch_size}")
+    mini, micro, aws = cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, world_size(cfg, "actor")
+    if aws >= 1 and mini % aws:
+        out.append(f"actor.mini_batch_size={mini} must be a multiple of trainer.actor_world_size={aws}")
+    elif aws >= 1 and (mini // aws) % micro:
+        out.append(f"actor.micro_batch_size={micro} (per rank) must divide the per-rank mini-batch {mini}/{aws}="
+                   f"{mini // aws}")
     if cfg.trainer.sft_warmup_steps:
         out.append("trainer.sft_warmup_steps is a PPO-launcher option; for ArCHer run `python -m ragen.sft` first and "
                    "start from its checkpoint with model.path=<run>/checkpoints/global_step_N/actor")

@@ -9,9 +9,10 @@ Per iteration, named and timed like ``PPOTrainer.train_step``::
        actions; filtered_bc: BC on turns of trajectories at or above the reward quantile)
     -> weight sync to the engine -> metrics, validation, checkpoint (buffer included)
 
-The policy lives in the project's policy worker group (Ray placement group ranks, FSDP2, or in-process when
-``trainer.use_ray=false``). The critic (a ~22M-parameter sentence encoder + MLPs) runs as a *world-size-1* worker
-(a Ray actor, or in-process): data-parallel critic ranks are not implemented.
+The policy and the critic live in worker groups like the PPO ones: ``trainer.actor_world_size`` /
+``trainer.critic_world_size`` Ray actors (FSDP2 ranks; gloo on CPU), or in-process when ``trainer.use_ray=false``.
+A critic update splits every mini-batch over the critic ranks (``ArcherCriticWorker``); its results equal world
+size 1 (``tests/archer/test_archer_world_size.py``).
 """
 
 from __future__ import annotations
@@ -52,16 +53,8 @@ def critic_settings(cfg: TrainConfig) -> CriticSettings:
 
 
 def make_critic_group(cfg: TrainConfig, num_threads: int | None) -> Any:
-    """The critic's world-size-1 group: one Ray actor (``trainer.use_ray``) or the in-process worker."""
-    from ragen.workers import LocalWorkerGroup, WorkerGroup
-
-    kw = {"cfg": critic_settings(cfg), "num_threads": num_threads}
-    if not cfg.trainer.use_ray:
-        return LocalWorkerGroup(ArcherCriticWorker, **kw)
-    res: dict[str, float] = {"CPU": cfg.trainer.cpus_per_worker}
-    if builders.device(cfg) == "cuda":
-        res["GPU"] = builders.GPU_SHARE["critic"]
-    return WorkerGroup(ArcherCriticWorker, world_size=1, resources_per_worker=res, **kw)
+    """The critic's group: ``trainer.critic_world_size`` Ray actors (FSDP2 ranks), or the in-process worker."""
+    return builders.make_group(cfg, ArcherCriticWorker, "critic", cfg=critic_settings(cfg), num_threads=num_threads)
 
 
 class ArcherTrainer:

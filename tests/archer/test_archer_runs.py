@@ -147,3 +147,8 @@ def test_archer_configs_validate(name):
         assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,
                                                                                                  0.1, 0.95)
         assert cfg.rollout.n_groups * cfg.rollout.group_size == 128
+        # the reference code's 20q settings: 8 x 32 accumulated turns per step, lrs, clip, Adam, evaluation size
+        assert (a.batch_size, cfg.actor.mini_batch_size, cfg.critic.lr, cfg.actor.lr) == (256, 256, 2e-5, 1e-6)
+        c, act = cfg.critic, cfg.actor
+        assert (c.weight_decay, act.weight_decay, c.grad_clip, act.grad_clip) == (0, 0, 1, 1)
+        assert (cfg.agent.temperature, cfg.agent.max_new_tokens, cfg.rollout.val_n_groups) == (1.0, 32, 32)

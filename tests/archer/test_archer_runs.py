@@ -96,7 +96,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert (a / "buffer.json").read_text() == (b / "buffer.json").read_text()
 
 
-def test_bad_archer_config_names_the_key():
+def test_bad_archer_config_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match="archer.tau"):
         load_train_config("archer_twenty_questions", ["archer.tau=0"])
     from ragen.archer.main import validate_archer
@@ -115,8 +115,8 @@ def test_bad_archer_config_names_the_key():
 
     with pytest.raises(ConfigError, match="agent.layout"):  # ragen.train's check runs the ArCHer family's checks
         validate(load_train_config("chai_twenty_questions", ["agent.layout=trajectory"]))
-    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "algorithm.name=dqn"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "algorithm.name=dqn",
+                           f"trainer.output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "algorithm.name='dqn' is unknown" in proc.stderr
 
 

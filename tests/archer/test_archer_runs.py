@@ -120,6 +120,17 @@ def test_bad_archer_config_names_the_key(tmp_path):
     assert proc.returncode == 2 and "algorithm.name='dqn' is unknown" in proc.stderr
 
 
+def test_ragen_train_hands_the_archer_family_to_its_trainer(monkeypatch):
+    """``python -m ragen.train`` with algorithm.name=chai runs ``ragen.archer.main.run`` (not the PPO trainer)."""
+    import ragen.archer.main
+    from ragen.trainer import main as ppo_main
+
+    seen = []
+    monkeypatch.setattr(ragen.archer.main, "run", lambda cfg: seen.append(cfg.algorithm.name) or {"done": 1.0})
+    assert ppo_main.run(load_train_config("base", ["algorithm.name=chai"])) == {"done": 1.0}
+    assert seen == ["chai"]
+
+
 def test_issue_key_names_reach_the_critic_worker():
     """``critic.freeze_encoder`` / ``critic.encoder`` / ``critic.lr`` ... of the config are the worker's settings."""
     cfg = load_train_config("archer_twenty_questions", ["critic.freeze_encoder=true", "critic.encoder=tiny",

@@ -3,7 +3,7 @@
 # Questions (config/archer_twenty_questions.yaml). Every argument is a Hydra override, e.g.
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions
 #   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3
-#   bash scripts/train_archer.sh archer.algorithm=chai model=tiny archer.encoder=tiny
+#   bash scripts/train_archer.sh algorithm.name=chai model=tiny critic.encoder=tiny
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh

@@ -7,12 +7,19 @@ trained by policy gradient with the critic's advantage of the whole utterance as
 The same critic serves two baselines of the paper: online CHAI (act by re-ranking k sampled utterances with
 the critic, no actor update) and online filtered BC (behaviour cloning on the best trajectories so far).
 
-Equation references (paper, Sec. 4 "practical instantiation"; the numbering is that of the arXiv version):
-  Eq. 1, Q TD objective:   (Q_i(s, a) - r - gamma * (1 - d) * Vbar_i(s'))^2        -> :func:`q_targets`
-  Eq. 2, V objective:      (V_i(s) - Qbar_i(s, a_pi))^2, a_pi ~ pi(.|s)             -> :func:`v_targets`
-  Eq. 3, token-level PG:   -A(s, a_pi) * sum_tokens log pi(a_pi^t | s, a_pi^<t)    -> :func:`reinforce_loss`
-  with A = min(Q1, Q2)(s, a_pi) - min(V1, V2)(s) (clipped double Q as in the reference code) -> :func:`advantage`
-  target networks by Polyak averaging (tau)                                           -> :func:`polyak_update`
+What each function implements, cited by name rather than by equation number (the numbering was not checked
+against the paper's text): the paper's practical instantiation (its Figure 2: an utterance-level Q-function
+learned by Bellman bootstrapping with TD errors, a token-level policy learned by policy gradient on the advantage
+that critic induces) and the authors' reference code (github.com/YifeiZhou02/ArCHer, ``archer/algorithms/archer/
+trainer.py``: ``ArcherTrainer.critic_loss`` / ``actor_loss``; ``archer/models/chai_agent.py``;
+``archer/algorithms/online_filteredbc``):
+  utterance-level Q TD objective: (Q_i(s, a) - r - gamma * (1 - d) * Vbar_i(s'))^2        -> :func:`q_targets`
+  utterance-level V objective:    (V_i(s) - Qbar_i(s, a_pi))^2, a_pi ~ pi(.|s)             -> :func:`v_targets`
+  token-level policy gradient:    -A(s, a_pi) * sum_tokens log pi(a_pi^t | s, a_pi^<t)     -> :func:`reinforce_loss`
+  with A = min(Q1, Q2)(s, a_pi) - min(V1, V2)(s) of the online critic (clipped double Q)    -> :func:`advantage`
+  target critic by Polyak averaging (tau)                                                   -> :func:`polyak_update`
+  online CHAI (k samples, highest target min-Q), online filtered BC (reward quantile cut)  -> :func:`chai_pick`,
+                                                                                               :func:`filter_cutoff`
 Each tensor argument states its shape. Batches here are batches of *turns* (one row per (s, a) pair).
 """
 
@@ -27,7 +34,7 @@ from ragen.algorithms.losses import aggregate_loss, bc_loss
 
 
 def q_targets(rewards: Tensor, dones: Tensor, next_v_target: Tensor, gamma: float) -> Tensor:
-    """TD target of each Q head (paper Eq. 1): y_Q = r + gamma * (1 - d) * Vbar(s').
+    """TD target of each Q head (the utterance-level Q objective): y_Q = r + gamma * (1 - d) * Vbar(s').
 
     rewards: (N,) turn reward r; dones: (N,) 1/True where s' is terminal (the episode ended by the env or by
     max_turn, so nothing is bootstrapped); next_v_target: (N,) Vbar_i(s') from the *target* critic (no gradient).
@@ -41,7 +48,7 @@ def q_targets(rewards: Tensor, dones: Tensor, next_v_target: Tensor, gamma: floa
 
 
 def v_targets(q_target_on_policy: Tensor) -> Tensor:
-    """Target of each V head (paper Eq. 2): y_V = Qbar_i(s, a_pi) for a fresh action a_pi ~ pi(.|s).
+    """Target of each V head (the utterance-level V objective): y_V = Qbar_i(s, a_pi) for a fresh action a_pi ~ pi(.|s).
 
     q_target_on_policy: (N,) the target critic's Q_i of the state and a response the *current* policy sampled
     for it (not the stored action: V is the value of the current policy). Returns (N,), detached.
@@ -51,7 +58,8 @@ def v_targets(q_target_on_policy: Tensor) -> Tensor:
 
 def critic_loss(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor, yq1: Tensor, yq2: Tensor,
                 yv1: Tensor, yv2: Tensor) -> Tensor:
-    """Sum of the four mean-squared errors of the double critic (paper Eqs. 1-2, one per head).
+    """Sum of the four mean-squared errors of the double critic (the Q and V objectives, one per head; the
+    reference code backpropagates the same sum).
 
     q1, q2: (N,) online Q_i(s, a) of the stored action; v1, v2: (N,) online V_i(s); yq*, yv*: (N,) targets of
     :func:`q_targets` / :func:`v_targets` computed with the matching target head. Returns a scalar.
@@ -61,7 +69,8 @@ def critic_loss(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor, yq1: Tensor, yq2
 
 
 def advantage(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor) -> Tensor:
-    """Utterance-level advantage of the actor (paper Eq. 3's A): min(Q1, Q2)(s, a) - min(V1, V2)(s).
+    """Utterance-level advantage of the actor (the token-level policy gradient's A): min(Q1, Q2)(s, a) -
+    min(V1, V2)(s).
 
     All (N,) from the online critic; the minimum of the two heads curbs over-estimation (clipped double Q).
     Returns (N,), detached (the actor never differentiates through the critic).
@@ -130,7 +139,8 @@ def filtered_bc_loss(log_probs: Tensor, mask: Tensor, *, agg: str = "token-mean"
 def reinforce_loss(log_probs: Tensor, advantages: Tensor, mask: Tensor, *, num_seqs: float | None = None,
                    old_log_probs: Tensor | None = None, clip: float | None = None,
                    token_baseline: Tensor | None = None) -> Tensor:
-    """Token-level actor loss of ArCHer (paper Eq. 3): -A(s, a) * sum_t log pi(a^t | s, a^<t), mean over turns.
+    """Token-level actor loss of ArCHer (its policy gradient): -A(s, a) * sum_t log pi(a^t | s, a^<t), mean over
+    turns (the reference code's ``actor_loss`` without a baseline).
 
     log_probs: (B, T) log pi of each token (with grad); advantages: (B,) utterance advantage of each row
     (:func:`advantage`); mask: (B, T) 1 on the response tokens of the row; ``num_seqs`` normalises by the global

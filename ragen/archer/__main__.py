@@ -1,7 +1,7 @@
 """Hydra entry point: ``python -m ragen.archer [--config-name archer_twenty_questions] [key=value ...]``.
 
-Same config tree as ``python -m ragen.train`` (``config/``); the ``archer`` section selects the algorithm
-(``archer.algorithm=archer|chai|filtered_bc``). A config error exits with status 2 and one line per problem.
+Same config tree as ``python -m ragen.train`` (``config/``); ``algorithm.name=archer|chai|filtered_bc`` selects
+the algorithm, the ``archer`` section its loop. A config error exits with status 2 and one line per problem.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def main(cfg) -> None:
     from ragen.archer.main import run, validate_archer
     from ragen.trainer.main import cli_main
 
-    cli_main(cfg, validate_archer, label=f"{cfg.archer.algorithm} done", runner=run)
+    cli_main(cfg, validate_archer, label=f"{cfg.algorithm.name} done", runner=run)
 
 
 if __name__ == "__main__":

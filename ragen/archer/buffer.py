@@ -1,6 +1,6 @@
 """Replay buffer of the ArCHer family: one typed record per turn, FIFO capacity, seeded uniform sampling.
 
-The paper's off-policy critic (Zhou et al. 2024, Sec. 4) learns from every turn collected so far: each turn is
+The paper's off-policy utterance-level critic (Zhou et al. 2024) learns from every turn collected so far: each turn is
 stored as (s, a, r, s', done) plus its trajectory's total reward (online filtered BC) and its Monte-Carlo return.
 Records keep the exact token ids the policy saw and sampled (``prompt_ids`` / ``action_ids``), so actor and BC
 updates train on the same tokens (DESIGN.md, token-in / token-out), and the texts the critic encodes.

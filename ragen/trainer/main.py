@@ -15,8 +15,13 @@ def run(cfg: TrainConfig) -> dict[str, float]:
     """Validate ``cfg`` (before anything starts), then train, or evaluate when ``trainer.val_only``.
 
     Returns the final metrics. Workers, Ray (when this call started it) and loggers are shut down even on
-    errors.
+    errors. ``algorithm.name`` archer / chai / filtered_bc runs the ArCHer family's trainer
+    (``ragen.archer.main.run``).
     """
+    if cfg.algorithm.name != "ppo":
+        from ragen.archer.main import run as run_archer
+
+        return run_archer(cfg)
     validate(cfg)
     from ragen.trainer.ppo_trainer import PPOTrainer
 

@@ -308,8 +308,16 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes)."""
+    """Raise :class:`ConfigError` listing every problem of ``cfg`` (nothing is started before this passes).
+
+    ``algorithm.name`` other than ppo: the ArCHer family's checks (``ragen.archer.main.validate_archer``)."""
     from ragen.trainer.env_mix import per_env_configs
+
+    if cfg.algorithm.name != "ppo":
+        from ragen.archer.main import validate_archer
+
+        validate_archer(cfg)
+        return
 
     try:
         envs = per_env_configs(cfg)

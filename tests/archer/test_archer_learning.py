@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from trainer_helpers import assert_all_finite, read_metrics
 
 from ragen.archer.main import run
 from ragen.trainer.compose import load_train_config
-from tests.trainer.trainer_helpers import assert_all_finite, read_metrics
 
 LEARNING_CHECK = [
     "env.max_turn=5", "rollout.n_groups=4", "rollout.val_n_groups=2", "archer.critic_epochs=8", "archer.warmup_iter=3",

@@ -7,24 +7,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
 
 from ragen.archer.critic import ArcherCriticWorker
 from ragen.archer.main import run
 from ragen.archer.trainer import critic_settings
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.config import ConfigError
-from tests.trainer.trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _overrides(out: Path, steps: int = 2, ray: bool = False) -> list[str]:
     return [
-        "model=tiny", "archer.encoder=tiny", "archer.critic_hidden=16", f"trainer.output_dir={out}",
+        "model=tiny", "critic.encoder=tiny", "critic.head_hidden=16", f"trainer.output_dir={out}",
         f"trainer.total_steps={steps}", "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false",
         "agent.max_new_tokens=12", "rollout.n_groups=2", "rollout.val_n_groups=1", "actor.mini_batch_size=4",
         "actor.micro_batch_size=2", "archer.batch_size=4", "archer.critic_epochs=2", "archer.warmup_iter=1",
-        "actor.lr=1e-3", "archer.critic_lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
+        "actor.lr=1e-3", "critic.lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
         "rollout.dtype=float32", f"trainer.use_ray={str(ray).lower()}", "env.max_turn=2", "trainer.save_freq=1",
         "trainer.keep_last_ckpt=null", "trainer.val_before_train=false", "archer.chai_candidates=3",
     ]
@@ -96,16 +96,47 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert (a / "buffer.json").read_text() == (b / "buffer.json").read_text()
 
 
-def test_bad_archer_config_names_the_key():
+def test_bad_archer_config_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match="archer.tau"):
         load_train_config("archer_twenty_questions", ["archer.tau=0"])
     from ragen.archer.main import validate_archer
 
     with pytest.raises(ConfigError, match="agent.layout"):
         validate_archer(load_train_config("archer_twenty_questions", ["agent.layout=trajectory"]))
-    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "archer.algorithm=dqn"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "archer.algorithm='dqn' is unknown" in proc.stderr
+    with pytest.raises(ConfigError, match="critic.head_hidden=0"):
+        validate_archer(load_train_config("archer_twenty_questions", ["critic.head_hidden=0"]))
+    with pytest.raises(ConfigError, match="algorithm.name='ppo' is not in the ArCHer family"):
+        validate_archer(load_train_config("archer_twenty_questions", ["algorithm.name=ppo"]))
+    with pytest.raises(ConfigError, match="archer.batch_size=3 must be a multiple of trainer.critic_world_size=2"):
+        validate_archer(load_train_config("archer_twenty_questions", ["archer.batch_size=3", "actor.mini_batch_size=1",
+                                                                      "actor.micro_batch_size=1",
+                                                                      "trainer.critic_world_size=2"]))
+    from ragen.trainer.validate import validate
+
+    with pytest.raises(ConfigError, match="agent.layout"):  # ragen.train's check runs the ArCHer family's checks
+        validate(load_train_config("chai_twenty_questions", ["agent.layout=trajectory"]))
+    proc = subprocess.run([sys.executable, "-m", "ragen.archer", "algorithm.name=dqn",
+                           f"trainer.output_dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "algorithm.name='dqn' is unknown" in proc.stderr
+
+
+def test_ragen_train_hands_the_archer_family_to_its_trainer(monkeypatch):
+    """``python -m ragen.train`` with algorithm.name=chai runs ``ragen.archer.main.run`` (not the PPO trainer)."""
+    import ragen.archer.main
+    from ragen.trainer import main as ppo_main
+
+    seen = []
+    monkeypatch.setattr(ragen.archer.main, "run", lambda cfg: seen.append(cfg.algorithm.name) or {"done": 1.0})
+    assert ppo_main.run(load_train_config("base", ["algorithm.name=chai"])) == {"done": 1.0}
+    assert seen == ["chai"]
+
+
+def test_issue_key_names_reach_the_critic_worker():
+    """``critic.freeze_encoder`` / ``critic.encoder`` / ``critic.lr`` ... of the config are the worker's settings."""
+    cfg = load_train_config("archer_twenty_questions", ["critic.freeze_encoder=true", "critic.encoder=tiny",
+                                                         "critic.lr=3e-4", "critic.head_hidden=32", "archer.tau=0.2"])
+    s = critic_settings(cfg)
+    assert (s.freeze_encoder, s.encoder, s.lr, s.hidden, s.tau, s.gamma) == (True, "tiny", 3e-4, 32, 0.2, 0.95)
 
 
 ARCHER_CONFIGS = sorted(p.stem for p in (ROOT / "config").glob("*.yaml")
@@ -121,9 +152,14 @@ def test_archer_configs_validate(name):
     validate_archer(cfg)
     assert cfg.agent.layout == "turn"
     expected = "chai" if name.startswith("chai") else "filtered_bc" if name.startswith("filtered_bc") else "archer"
-    assert cfg.archer.algorithm == expected
+    assert cfg.algorithm.name == expected
     if name.endswith("_paper"):
         a = cfg.archer
         assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,
                                                                                                  0.1, 0.95)
         assert cfg.rollout.n_groups * cfg.rollout.group_size == 128
+        # the reference code's 20q settings: 8 x 32 accumulated turns per step, lrs, clip, Adam, evaluation size
+        assert (a.batch_size, cfg.actor.mini_batch_size, cfg.critic.lr, cfg.actor.lr) == (256, 256, 2e-5, 1e-6)
+        c, act = cfg.critic, cfg.actor
+        assert (c.weight_decay, act.weight_decay, c.grad_clip, act.grad_clip) == (0, 0, 1, 1)
+        assert (cfg.agent.temperature, cfg.agent.max_new_tokens, cfg.rollout.val_n_groups) == (1.0, 32, 32)

@@ -83,6 +83,19 @@ def test_filtered_bc_updates_the_policy_without_a_critic(tmp_path):
     assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
 
 
+def test_archer_trains_lora_adapters_on_a_frozen_base(tmp_path):
+    """``actor.lora_rank`` reaches the ArCHer policy (a ``PolicyWorker``): the checkpoint holds merged weights that
+    moved, plus the adapters; resuming from it restores base + adapters."""
+    overrides = [*_overrides(tmp_path), "actor.lora_rank=4", "actor.lora_lr=5e-2"]
+    run(load_train_config("archer_twenty_questions", overrides))
+    records = read_metrics(tmp_path)
+    assert_all_finite(records)
+    assert "actor/pg_loss" in records[-1]
+    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert (ckpt / "actor" / "lora" / "adapter.safetensors").is_file()
+    assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
+
+
 def test_resume_equals_an_uninterrupted_run(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     run(load_train_config("archer_twenty_questions", _overrides(full, steps=2)))

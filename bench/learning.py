@@ -72,7 +72,9 @@ def run_seed(seed: int, config: str, overrides: list[str], out: Path, stream) ->
                 if "timing/step" in rec:
                     res.tokens += rec.get("perf/total_tokens", 0.0)
                     res.step_seconds += rec["timing/step"]
-                res.peak_gb = max(res.peak_gb, rec.get("memory/total_peak_gb", 0.0))
+                peaks = [v for k, v in rec.items() if k.startswith("memory/") and k.endswith("_peak_gb")
+                         and k != "memory/total_peak_gb"]  # in-process runs log only the driver's
+                res.peak_gb = max(res.peak_gb, rec.get("memory/total_peak_gb", sum(peaks)))
             seen = len(lines)
             if done:
                 break

@@ -32,7 +32,7 @@ from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = ["trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false"]
+QUICK = ["trainer.use_ray=true", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false"]
 GRPO = ["algorithm.estimator=grpo", "critic.enable=false", *QUICK]  # no critic: one worker group
 # GAE: the critic's values make the advantages nonzero even when every reward is the same (the tiny model never
 # answers in format), so the update moves the actor; half a CPU per rank fits actor (2) + critic (1) on 2 CPUs

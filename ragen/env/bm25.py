@@ -35,6 +35,15 @@ def tokenize(text: str, stopwords: str | None = "english") -> list[str]:
     return list(tokens[0])
 
 
+def bm25_scores(bm25, vocab, stopwords: str | None, size: int, query: str) -> np.ndarray:
+    """Scores (size,) float64 of a ``bm25s.BM25`` for ``query``'s known terms (``vocab``: a container of the index's
+    tokens); zeros when none is known (bm25s rejects unknown tokens). Shared by the in-memory and disk indexes."""
+    terms = [t for t in tokenize(query, stopwords) if t in vocab]
+    if not terms:
+        return np.zeros(size, dtype=np.float64)
+    return np.asarray(bm25.get_scores(terms), dtype=np.float64)
+
+
 class BM25Index:
     """BM25 (Lucene variant, ``k1``/``b`` as usual) over ``texts``; ``search(query, k)`` returns hits."""
 
@@ -50,10 +59,7 @@ class BM25Index:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query``: shape (num_docs,), zeros when no term matches."""
-        terms = [t for t in tokenize(query, self.stopwords) if t in self._vocab]
-        if not terms:
-            return np.zeros(self.size, dtype=np.float64)
-        return np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
+        return bm25_scores(self._bm25, self._vocab, self.stopwords, self.size, query)
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The top ``k`` documents with a positive score, best first (ties broken by document order)."""

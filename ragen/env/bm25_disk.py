@@ -24,7 +24,7 @@ from typing import Any
 import bm25s
 import numpy as np
 
-from ragen.env.bm25 import Hit, tokenize
+from ragen.env.bm25 import Hit, bm25_scores
 
 MANIFEST = "ragen_index.json"
 FORMAT = "ragen-bm25-disk"
@@ -62,10 +62,7 @@ class DiskBM25Index:
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every document for ``query``: shape (num_docs,), zeros when no term matches."""
-        terms = [t for t in tokenize(query, self.stopwords) if t in self._vocab]
-        if not terms:
-            return np.zeros(self.size, dtype=np.float64)
-        return np.asarray(self._bm25.get_scores(terms), dtype=np.float64)
+        return bm25_scores(self._bm25, self._vocab, self.stopwords, self.size, query)
 
     def search(self, query: str, k: int) -> list[Hit]:
         """The top ``k`` documents with a positive score, best first (ties broken by document order).

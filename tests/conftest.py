@@ -5,6 +5,7 @@
 * ``fake_engine``: the class of a scripted ``Engine`` that records every call (build it with a script).
 * ``subprocess_env``: ``os.environ`` scrubbed for child processes of the trainer (no wandb keys, no Ray cluster).
 * ``check_env_config_file``: ``config/env/<name>.yaml`` documents exactly the env's config keys.
+* ``ray_cluster``: a local Ray (2 CPUs, one torch thread per actor) for a test module's worker groups.
 """
 
 from __future__ import annotations
@@ -147,3 +148,14 @@ def check_env_config_file() -> Callable[..., dict]:
     """``check(name, python_only=())`` asserts ``config/env/<name>.yaml`` has the four top-level keys and its
     ``config`` lists exactly the env's config keys (except ``python_only`` ones, e.g. callables); returns it."""
     return _check_env_config_file
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A fresh local Ray with 2 logical CPUs for the module's ``WorkerGroup`` tests; shut down after the module."""
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()

@@ -5,7 +5,6 @@ token-level REINFORCE update."""
 from __future__ import annotations
 
 import pytest
-import ray
 import torch
 
 from ragen.archer.critic import ArcherCriticWorker, CriticSettings
@@ -20,14 +19,6 @@ ACTIONS = ["Is it a fish?", "Is it a tree?", "Is it an apple?", "Is it a dog?", 
 UPDATE = {"states": STATES, "actions": ACTIONS, "rewards": [-1.0, 0.0, -1.0, 1.0, -1.0, 0.0, -1.0, -1.0],
           "next_states": [s + " more" for s in STATES], "dones": [False, True, False, True, False, False, True, False],
           "pi_actions": list(reversed(ACTIONS))}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
 
 
 def _close(a: dict, b: dict, atol: float) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import ray
 import torch
 from transformers import AutoModelForCausalLM
 from worker_helpers import random_batch
@@ -22,14 +21,6 @@ from ragen.workers import (
     WorkerGroup,
 )
 from ragen.workers.config import LOSS_AGG
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
 
 
 def _batch() -> TrainBatch:

@@ -4,5 +4,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" RAY_DEDUP_LOGS=0 TOKENIZERS_PARALLELISM=false WANDB_MODE=offline HF_HUB_OFFLINE=1
+# The suite writes ~4 GB of checkpoints under the temp root while it runs: say so up front when space is short.
+free_gb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR==2 {print int($4 / 1048576)}')
+if [ "${free_gb:-99}" -lt 6 ]; then
+    echo "[ragen] warning: only ${free_gb} GB free under ${TMPDIR:-/tmp}; the test suite needs ~4 GB there" >&2
+fi
 ruff check ragen tests bench scripts external
 python -m pytest -q "$@"

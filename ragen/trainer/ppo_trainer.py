@@ -179,17 +179,20 @@ class PPOTrainer:
         n_real = tb.batch_size
         if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
             tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
+        values = last_values = None
+        value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
         with self._timed("old_log_probs", t):
-            old_lp = actor.call("compute_log_probs", tb)
+            if value_group is actor:  # shared value head: log-probs and values from one forward
+                old_lp, values, last_values = actor.call("compute_log_probs_and_values", tb)
+            else:
+                old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
             with self._timed("ref_log_probs", t):
                 ref_lp = (ref.call("compute_log_probs", tb) if ref is not None
                           else actor.call("compute_ref_log_probs", tb))
-        values = last_values = None
-        value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
-        if value_group is not None:
+        if value_group is not None and values is None:
             with self._timed("values", t):
                 values, last_values = value_group.call("compute_values", tb)
         with self._timed("advantages", t):

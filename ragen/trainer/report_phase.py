@@ -44,9 +44,14 @@ def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
         tb = phases.to_train_batch(batch)
         n = tb.batch_size
         tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
-        log_probs = actor.call("compute_log_probs", tb)[:n]
-        if critic is not None:
-            values, last = critic.call("compute_values", tb)
+        if critic is actor:  # shared value head: one forward gives both
+            log_probs, values, last = actor.call("compute_log_probs_and_values", tb)
+        else:
+            log_probs = actor.call("compute_log_probs", tb)
+            if critic is not None:
+                values, last = critic.call("compute_values", tb)
+        log_probs = log_probs[:n]
+        if values is not None:
             values, last = values[:n], last[:n]
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):

@@ -112,6 +112,21 @@ class PolicyWorker:
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, lambda b: self._with_values(b, False)[2:])
 
+    def compute_log_probs_and_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_probs (B_local, T), values (B_local, T), last_values (B_local,)) from one no-grad forward of an actor
+        with the shared value head: what ``compute_log_probs`` and ``compute_values`` return, in their conventions,
+        for the cost of one pass (the two read the same hidden states)."""
+        if self.value_spec is None:
+            raise RuntimeError("compute_log_probs_and_values() needs an actor built with value_head "
+                               "(critic.share_backbone=true); otherwise call compute_log_probs")
+        size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
+
+        def fn(b: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            lp, _, values, last = self._with_values(b, False)
+            return lp, values, last
+
+        return forward_in_chunks(batch, size, self.device, fn)
+
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (B_local, T) fp32 of each response token under the current policy (no grad).
 

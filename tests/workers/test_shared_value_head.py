@@ -66,3 +66,22 @@ def test_joint_update_fits_returns_and_checkpoint_round_trips(model_dir, tmp_pat
     assert float(fresh.call("compute_values", batch)[0].abs().max()) == 0.0  # zero head before loading
     fresh.call("load", dir=str(tmp_path / "ck"))
     torch.testing.assert_close(fresh.call("compute_values", batch), g.call("compute_values", batch), atol=0, rtol=0)
+
+
+def test_one_pass_log_probs_and_values_equal_the_two_passes(model_dir):
+    """The trainer's old-log-prob phase takes log-probs and values from one forward when the head is shared."""
+    g = _actor(model_dir)
+    with torch.no_grad():
+        g.worker.module.value_head.weight.normal_(0, 1.0, generator=torch.Generator().manual_seed(4))
+    ids, attn, resp = random_batch(B=6, T=16, seed=5)
+    batch = TrainBatch(ids, attn, resp)
+    lp, values, last = g.call("compute_log_probs_and_values", batch)
+    torch.testing.assert_close(lp, g.call("compute_log_probs", batch), atol=0, rtol=0)
+    ref_values, ref_last = g.call("compute_values", batch)
+    torch.testing.assert_close(values, ref_values, atol=0, rtol=0)
+    torch.testing.assert_close(last, ref_last, atol=0, rtol=0)
+    assert float(values.abs().max()) > 0 and (lp[resp == 0] == 0).all()
+    plain = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir,
+                             cfg=ActorConfig(lr=0.0, mini_batch_size=8, micro_batch_size=4, mixed_precision="fp32"))
+    with pytest.raises(RuntimeError, match="share_backbone"):
+        plain.call("compute_log_probs_and_values", batch)

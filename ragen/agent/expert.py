@@ -11,9 +11,15 @@ Where a turn may carry several actions (``max_actions_per_turn`` > 1, e.g. Froze
 that many: its next actions are read off a copy of the env stepped with the earlier ones (``copy.deepcopy``), and
 the answer joins them with ``action_sep``, as a model is asked to; the plan stops where the copy's episode ends.
 With probability ``noise`` an action is a random legal one instead (noisy experts: the model also sees states off
-the optimal path and the expert's recovery from them). Ids end with the closing answer tag when the agent
-stops there (``stop_at_answer``; the proxy appends the end-of-turn token with mask 0, as for sampled responses),
-else with the end-of-turn token. Log-probs are reported as 0 (nothing was sampled).
+the optimal path and the expert's recovery from them). Random actions are dealt like cards: each set of legal
+actions has its own shuffled deck, refilled when empty, so every legal action is drawn equally often (stratified
+sampling). With ``noise=1.0`` (a format-only warm start) the demonstrations then carry no preference between
+actions by chance: on the two-armed bandit, independent draws leave 64 demonstrations 26/38 or more uneven one time
+in six, and the warm-started policy's preference varied from 0.25 to 0.94 between seeds.
+
+Ids end with the closing answer tag when the agent stops there (``stop_at_answer``; the proxy appends the
+end-of-turn token with mask 0, as for sampled responses), else with the end-of-turn token. Log-probs are reported
+as 0 (nothing was sampled).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class ExpertResponder:
         self.tokenizer, self.cfg, self.eot_id, self.noise = tokenizer, cfg, int(eot_id), float(noise)
         self.rng = random.Random(seed)
         self.stats = {"expert_turns": 0, "noise_turns": 0}
+        self._decks: dict[tuple[str, ...], list[str]] = {}
 
     def text(self, actions: str | list[str]) -> str:
         """The response text for ``actions`` after the forced prefix (what the model would have to write)."""
@@ -50,12 +57,20 @@ class ExpertResponder:
     def action(self, env: Any) -> str:
         """The expert's action, or with probability ``noise`` a random legal one."""
         if self.noise > 0 and self.rng.random() < self.noise:
-            legal = [a.strip() for a in str(env.legal_actions()).split(",") if a.strip()]
+            legal = tuple(a.strip() for a in str(env.legal_actions()).split(",") if a.strip())
             if legal:
                 self.stats["noise_turns"] += 1
-                return self.rng.choice(legal)
+                return self._deal(legal)
         self.stats["expert_turns"] += 1
         return str(env.expert_action())
+
+    def _deal(self, legal: tuple[str, ...]) -> str:
+        """The next card of ``legal``'s shuffled deck (a fresh shuffle once all were dealt)."""
+        deck = self._decks.setdefault(legal, [])
+        if not deck:
+            deck.extend(legal)
+            self.rng.shuffle(deck)
+        return deck.pop()
 
     def plan(self, env: Any, limit: int) -> list[str]:
         """Up to ``limit`` actions for one turn: each from the expert (or noise) on a copy of ``env`` stepped with

@@ -45,6 +45,7 @@ def test_noise_takes_random_legal_actions_and_bad_settings_raise(char_tok, fake_
     actions = [a for ep in batch.episodes for turn in ep.turns for a in turn.actions]
     assert set(actions) == {"left", "right"} and noisy.stats["expert_turns"] == 0
     assert noisy.stats["noise_turns"] == len(actions) == 48
+    assert actions.count("left") == actions.count("right") == 24  # dealt like cards: each legal action equally often
     with pytest.raises(ValueError, match="noise"):
         ExpertResponder(char_tok, cfg, eot, noise=1.5)
     with pytest.raises(ValueError, match="response_prefix"):

@@ -28,6 +28,8 @@ def test_archer_warm_start_then_resume_without_repeating_it(tmp_path):
     assert sum(r["sft/noise_turns"] > 0 for r in sft) >= 1  # sft.noise reached the expert
     vals = [r for r in records if "val/reward/mean" in r]
     assert len(vals) == 2 and "val/after_warm_start" not in vals[0] and vals[1]["val/after_warm_start"] == 1.0
+    for name in ("step_0.jsonl", "step_0_after_warm_start.jsonl"):  # untrained, then warm-started: 1 game each
+        assert len((tmp_path / "val_rollouts" / name).read_text().splitlines()) == 1
     warm = tmp_path / "checkpoints" / "global_step_0"
     init, after = tiny_init_weights(), load_actor_weights(warm)
     assert any(not torch.equal(init[k].float(), after[k].float()) for k in init)

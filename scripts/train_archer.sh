@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The ArCHer family (ArCHer, online CHAI, online filtered BC; Zhou et al. 2024). Default: ArCHer on Twenty
-# Questions (config/archer_twenty_questions.yaml). Every argument is a Hydra override, e.g.
+# Questions (config/archer_twenty_questions.yaml: 5-question games, a 2-step expert warm start, 3 ArCHer iterations;
+# 11 minutes on a 2-core CPU, ~20 with another training run on it) into runs/archer_twenty_questions/ (metrics.jsonl,
+# learning_curve.png, checkpoints/, val_rollouts/). Every argument is a Hydra override, e.g.
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions
 #   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3
 #   bash scripts/train_archer.sh algorithm.name=chai model=tiny critic.encoder=tiny

@@ -31,17 +31,14 @@ def check_archer(cfg: TrainConfig) -> list[str]:
     elif aws >= 1 and (mini // aws) % micro:
         out.append(f"actor.micro_batch_size={micro} (per rank) must divide the per-rank mini-batch {mini}/{aws}="
                    f"{mini // aws}")
-    if cfg.trainer.sft_warmup_steps:
-        out.append("trainer.sft_warmup_steps is a PPO-launcher option; for ArCHer run `python -m ragen.sft` first and "
-                   "start from its checkpoint with model.path=<run>/checkpoints/global_step_N/actor")
     return out
 
 
 def validate_archer(cfg: TrainConfig) -> None:
     """The trainer's checks (env, agent, trainer, ...) plus :func:`check_archer`; raises one ConfigError."""
-    from ragen.trainer.validate import check_agent, check_env, check_trainer
+    from ragen.trainer.validate import check_agent, check_env, check_trainer, check_warm_start
 
-    problems = check_env(cfg) + check_trainer(cfg) + check_agent(cfg) + check_archer(cfg)
+    problems = check_env(cfg) + check_trainer(cfg) + check_agent(cfg) + check_warm_start(cfg) + check_archer(cfg)
     if problems:
         raise ConfigError(problems)
 

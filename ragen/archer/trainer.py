@@ -1,6 +1,10 @@
 """The ArCHer-family driver (Zhou et al. 2024): ArCHer, online CHAI and online filtered BC.
 
-Per iteration, named and timed like ``PPOTrainer.train_step``::
+With ``trainer.sft_warmup_steps`` > 0 the policy is first warm-started on the env's expert, as the PPO trainer's
+(``ragen.trainer.warm_start``: expert episodes through the agent proxy, ``sft.noise``, BC with the actor's
+``sft_update``, optimizer reset, engine weight sync, a validation logged at step 0 with ``val/after_warm_start``);
+the paper starts ArCHer from a behaviour-cloned policy too. Then per iteration, named and timed like
+``PPOTrainer.train_step``::
 
     rollout (agent proxy over the engine; CHAI re-ranks k candidates with the target critic)
     -> store turns in the replay buffer
@@ -31,10 +35,11 @@ from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.transitions import policy_batch, transitions_from_batch
 from ragen.archer.workers import ArcherPolicyWorker
 from ragen.rollout.base import SamplingParams
-from ragen.trainer import builders, phases
+from ragen.trainer import builders, phases, turn_layout
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import actor_worker_config
+from ragen.trainer.derived import actor_worker_config, world_size
 from ragen.trainer.state import rng_preserved, trim_metrics
+from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, set_rng_state
@@ -70,6 +75,8 @@ class ArcherTrainer:
         self.buffer = ReplayBuffer(cfg.archer.capacity, seed=cfg.trainer.seed)
         self.rewards_seen: list[float] = []
         self.episodes_seen = 0
+        self.warm_started = False
+        self._val_suffix = ""
         self._rng_after_step: dict[str, Any] | None = None
         self.tracker: Tracker | None = None
 
@@ -105,9 +112,15 @@ class ArcherTrainer:
     def fit(self) -> dict[str, float]:
         tr = self.cfg.trainer
         last: dict[str, float] = {}
-        if tr.val_before_train and self.step == 0:
+        if tr.val_before_train and self.step == 0 and not self.warm_started:
             last = self.validate()
             self._log(last, 0)
+        if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
+            self._val_suffix = "_after_warm_start"  # keeps the untrained step-0 rollouts next to these
+            last = run_warm_start(self)
+            self._val_suffix = ""
+            self.warm_started = True
+            self.save_checkpoint()  # a crash in the ArCHer loop resumes after the warm start
         bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.algorithm.name, unit="iter",
                    disable=not tr.progress_bar, dynamic_ncols=True)
         while self.step < tr.total_steps:
@@ -233,6 +246,10 @@ class ArcherTrainer:
                                                                                      actions=x))
         return [c[j] for c, j in zip(cands, picks, strict=True)]
 
+    def _row_multiple(self) -> int:
+        """Rows of a turn-layout batch must divide into the actor's mini-batches and ranks (warm start's BC)."""
+        return turn_layout.row_multiple(self.cfg.actor.mini_batch_size, world_size(self.cfg, "actor"))
+
     def _rollout_metrics(self, records: list[Transition], rewards: list[float]) -> dict[str, float]:
         r = torch.tensor(rewards or [0.0])
         return {"reward/mean": float(r.mean()), "reward/max": float(r.max()), "reward/min": float(r.min()),
@@ -246,7 +263,10 @@ class ArcherTrainer:
         responder = self._chai_responder if self.cfg.algorithm.name == "chai" else None
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val", responder=responder)
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", phases.episode_records(batch))
+        # the turn layout lists an episode once per turn row: write each episode once
+        episodes = list({id(ep): ep for ep in batch.episodes}.values())
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self._val_suffix}.jsonl",
+                           [phases.episode_record(ep) for ep in episodes])
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(torch.tensor(rewards or [0.0]).mean())
@@ -274,7 +294,8 @@ class ArcherTrainer:
             self.buffer.save(tmp / "buffer.json")
             torch.save({"step": self.step, "rng": self._rng_after_step or get_rng_state(),
                         "proxy": self.proxy.state_dict(), "rewards_seen": list(self.rewards_seen),
-                        "episodes_seen": self.episodes_seen}, tmp / "trainer_state.pt")
+                        "episodes_seen": self.episodes_seen, "warm_started": self.warm_started},
+                       tmp / "trainer_state.pt")
 
         path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
         tqdm.write(f"[ragen.archer] saved checkpoint {path}")
@@ -290,6 +311,7 @@ class ArcherTrainer:
         self.step = int(state["step"])
         self.rewards_seen = list(state["rewards_seen"])
         self.episodes_seen = int(state["episodes_seen"])
+        self.warm_started = bool(state.get("warm_started", False))
         set_rng_state(state["rng"])
         self.proxy.load_state_dict(state["proxy"])
         tqdm.write(f"[ragen.archer] resumed from {path} at iteration {self.step}")

@@ -13,11 +13,14 @@ Then the actor's optimizer state is reset (RL starts with fresh Adam moments and
 schedule), the engine gets the new weights, and a validation runs. Every record is logged at step 0:
 ``sft/...`` per warm-start step, and the validation after the warm start as ``val/...`` with
 ``val/after_warm_start = 1`` (the curve shows untrained -> after warm start at step 0, then RL).
+
+Any trainer with the few members of :class:`WarmStartHost` can run it: the PPO trainer
+(``ragen.trainer.ppo_trainer``) and the ArCHer family's (``ragen.archer.trainer``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
@@ -27,9 +30,27 @@ from ragen.utils import console
 from ragen.utils.timing import timed
 
 
-def run_warm_start(trainer: Any) -> dict[str, float]:
-    """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up ``PPOTrainer``); returns the
-    metrics of the validation after it."""
+class WarmStartHost(Protocol):
+    """What :func:`run_warm_start` needs from a set-up trainer: its frozen config, the actor group (with
+    ``sft_update`` / ``reset_optimizer`` / ``full_state_dict``, i.e. a ``PolicyWorker``), tokenizer, train agent
+    proxy and engine, the row multiple a turn-layout batch is padded to, its validation and its logger."""
+
+    cfg: Any
+    workers: dict[str, Any]
+    tokenizer: Any
+    proxy: Any
+    engine: Any
+
+    def _row_multiple(self) -> int: ...
+
+    def validate(self) -> dict[str, float]: ...
+
+    def _log(self, metrics: dict[str, float], step: int) -> None: ...
+
+
+def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
+    """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up :class:`WarmStartHost`);
+    returns the metrics of the validation after it."""
     cfg = trainer.cfg
     actor = trainer.workers["actor"]
     responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), trainer.proxy.fmt.eot_id,

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# bi-level GAE PPO on sokoban. Experiment settings live in config/ppo_bilevel.yaml; every argument is a Hydra override,
-# e.g. `bash train_ppo_bilevel.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_bilevel.sh trainer=gpu model.path=Qwen/Qwen2.5-0.5B-Instruct`.
+# bi-level GAE PPO on FrozenLake 3x3 (env=sokoban for Sokoban). Experiment settings live in config/ppo_bilevel.yaml;
+# every argument is a Hydra override,
+# e.g. `bash train_ppo_bilevel.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_bilevel.sh trainer=gpu trainer.use_ray=true model.path=Qwen/Qwen2.5-0.5B-Instruct`
+# (the CPU default runs the workers in this process; GPUs need Ray workers).
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# multi-turn PPO (token GAE over model tokens, env tokens skipped) on frozen_lake. Experiment settings live in config/ppo_multi_turn.yaml; every argument is a Hydra override,
-# e.g. `bash train_ppo_multi_turn.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_multi_turn.sh trainer=gpu model.path=Qwen/Qwen2.5-0.5B-Instruct`.
+# multi-turn PPO (token GAE over model tokens, env tokens skipped) on FrozenLake 3x3. Experiment settings live in
+# config/ppo_multi_turn.yaml; every argument is a Hydra override,
+# e.g. `bash train_ppo_multi_turn.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_multi_turn.sh trainer=gpu trainer.use_ray=true model.path=Qwen/Qwen2.5-0.5B-Instruct`
+# (the CPU default runs the workers in this process; GPUs need Ray workers).
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh

@@ -2,7 +2,7 @@
 # Train on a SLURM allocation: a Ray head on the first node, a Ray worker node on every other node (srun), wait until
 # all have joined, then run a launch script against the head (it joins the cluster, never starts its own Ray).
 #
-#   sbatch --nodes=2 --gpus-per-node=8 scripts/slurm_train.sh train_ppo_bilevel.sh trainer=gpu model.path=/models/Qwen2.5-3B-Instruct
+#   sbatch --nodes=2 --gpus-per-node=8 scripts/slurm_train.sh train_ppo_bilevel.sh trainer=gpu trainer.use_ray=true model.path=/models/Qwen2.5-3B-Instruct
 #
 # The first argument is the launch script (train_ppo.sh, train_ppo_bilevel.sh, train_ppo_multi_turn.sh), the rest
 # are its Hydra overrides; trainer.nnodes and trainer.n_gpus_per_node are set from the allocation. The repository

@@ -92,7 +92,10 @@ def test_launch_configs_select_their_experiment():
     multi = to_train_config(compose("ppo_multi_turn"))
     assert (multi.env.name, multi.algorithm.estimator, multi.algorithm.skip_env_tokens) == ("frozen_lake", "gae", True)
     bilevel = to_train_config(compose("ppo_bilevel"))
-    assert (bilevel.env.name, bilevel.algorithm.estimator) == ("sokoban", "bilevel_gae")
+    assert (bilevel.env.name, bilevel.algorithm.estimator) == ("frozen_lake", "bilevel_gae")
+    for cfg in (multi, bilevel):  # the task and recipe the README's learning table measures
+        assert (cfg.env.config["size"], cfg.sft.noise, cfg.trainer.sft_warmup_steps) == (3, 1.0, 2)
+        assert cfg.critic.share_backbone and not cfg.trainer.use_ray
 
 
 def test_precision_defaults_are_auto():

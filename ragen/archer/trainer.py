@@ -76,7 +76,7 @@ class ArcherTrainer:
         self.rewards_seen: list[float] = []
         self.episodes_seen = 0
         self.warm_started = False
-        self._val_suffix = ""
+        self.val_suffix = ""
         self._rng_after_step: dict[str, Any] | None = None
         self.tracker: Tracker | None = None
 
@@ -116,9 +116,7 @@ class ArcherTrainer:
             last = self.validate()
             self._log(last, 0)
         if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
-            self._val_suffix = "_after_warm_start"  # keeps the untrained step-0 rollouts next to these
             last = run_warm_start(self)
-            self._val_suffix = ""
             self.warm_started = True
             self.save_checkpoint()  # a crash in the ArCHer loop resumes after the warm start
         bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.algorithm.name, unit="iter",
@@ -263,10 +261,8 @@ class ArcherTrainer:
         responder = self._chai_responder if self.cfg.algorithm.name == "chai" else None
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val", responder=responder)
-        # the turn layout lists an episode once per turn row: write each episode once
-        episodes = list({id(ep): ep for ep in batch.episodes}.values())
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self._val_suffix}.jsonl",
-                           [phases.episode_record(ep) for ep in episodes])
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl",
+                           phases.episode_records(batch))
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(torch.tensor(rewards or [0.0]).mean())

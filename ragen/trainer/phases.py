@@ -197,8 +197,9 @@ def episode_record(ep: EpisodeRecord) -> dict:
 
 
 def episode_records(batch: RolloutBatch) -> list[dict]:
-    """JSON-ready episodes (:func:`episode_record`) of ``batch.episodes``."""
-    return [episode_record(ep) for ep in batch.episodes]
+    """JSON-ready episodes (:func:`episode_record`) of ``batch.episodes``, each once (the turn layout lists an
+    episode once per turn row)."""
+    return [episode_record(ep) for ep in {id(ep): ep for ep in batch.episodes}.values()]
 
 
 def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:

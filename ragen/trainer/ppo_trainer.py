@@ -56,6 +56,7 @@ class PPOTrainer:
         self.workers: dict[str, Any] = {}
         self._rng_after_step: dict[str, Any] | None = None
         self.warm_started = False
+        self.val_suffix = ""  # the warm start's validation writes val_rollouts/step_0_after_warm_start.jsonl
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
@@ -303,7 +304,7 @@ class PPOTrainer:
         if self.cfg.trainer.report:  # + token rows with log-probs, values and advantages, for the step page
             with rng_preserved(), timed("val_credit", t):
                 records = report_phase.val_records(self, batch)
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}.jsonl", records)
+        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(phases.trajectory_rewards(batch).mean())
         out.update({f"timing/{k}": v for k, v in t.items()})

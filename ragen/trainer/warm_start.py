@@ -40,6 +40,7 @@ class WarmStartHost(Protocol):
     tokenizer: Any
     proxy: Any
     engine: Any
+    val_suffix: str  # appended to the validation rollouts' file name (``step_N<suffix>.jsonl``)
 
     def _row_multiple(self) -> int: ...
 
@@ -77,7 +78,11 @@ def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
     bar.close()
     actor.call("reset_optimizer")
     trainer.engine.update_weights(actor.call_rank0("full_state_dict"))
-    val = trainer.validate()
+    trainer.val_suffix = "_after_warm_start"  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
+    try:
+        val = trainer.validate()
+    finally:
+        trainer.val_suffix = ""
     val["val/after_warm_start"] = 1.0
     trainer._log(val, 0)
     return val

@@ -2,6 +2,7 @@
 RL, the records and the step-0 checkpoint say so, a resume does not repeat it, and ``python -m ragen.sft`` writes a
 checkpoint that PPO starts from."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,12 @@ def test_warm_start_then_rl_and_resume_skips_it(tmp_path):
     assert all(r["sft/env/delayed_choice/success"] == 1.0 for r in sft)  # the experts' own episodes
     vals = [r for r in records if "val/env/delayed_choice/success" in r]
     assert [r["step"] for r in vals] == [0, 0, 1] and vals[1].get("val/after_warm_start") == 1.0
+    rollouts = tmp_path / "val_rollouts"  # the untrained and the warm-started step-0 episodes, side by side
+    untrained, warmed = ([json.loads(x) for x in (rollouts / name).read_text().splitlines()]
+                         for name in ("step_0.jsonl", "step_0_after_warm_start.jsonl"))
+    assert len(untrained) == len(warmed) == 2  # rollout.val_n_groups=2 episodes, each once
+    for eps, val in ((untrained, vals[0]), (warmed, vals[1])):
+        assert sum(ep["success"] for ep in eps) / 2 == val["val/env/delayed_choice/success"]
     ckpt0 = tmp_path / "checkpoints" / "global_step_0"
     assert torch.load(ckpt0 / "trainer_state.pt", weights_only=False)["warm_started"] is True
     warm, init = load_actor_weights(ckpt0), tiny_init_weights()

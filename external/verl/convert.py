@@ -16,7 +16,8 @@ model and env tokens alike) with ``response_mask`` 1 on model tokens and 0 on en
   of masked positions, so the response must end on a model token for the reward to count;
 * ``token_rewards`` (response-relative, same length as ``response_ids``): each turn's reward on the turn's last
   model token, 0 elsewhere (ragen's placement, unchanged); ``reward_score`` = their sum (verl's stock path puts
-  it on the last response token: exact for the outcome-level estimators and for a reward on the final turn only);
+  it on the last response token: right for the outcome-level estimators, not for GAE with per-turn rewards, so
+  ``RagenAgentLoopOutput.as_dict`` and ``manager.RagenAgentLoopWorker`` hand verl ``token_rewards`` instead);
   ``reward_positions[k]`` = index in ``response_ids`` of turn k's last model token;
 * ``response_logprobs`` = the engine's sampling log-probs on model tokens, 0 on env tokens;
 * ``num_turns`` = 2 * K for K model turns (verl counts chat messages: one user + one assistant message per turn).

@@ -195,12 +195,13 @@ def test_manager_swaps_in_the_worker(setup):
     config, _, server = setup
     cls = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "AgentLoopManager")
     assert cls is manager.RagenAgentLoopManager
-    built = cls(config, server)  # verl's __init__ keeps a subclass's worker class (no Ray until create())
+    kwargs = dict(llm_client=server, teacher_client=None, reward_loop_worker_handles=None)  # as verl's trainer
+    built = cls(config=config, **kwargs)  # verl's __init__ keeps a subclass's worker class (no Ray until create())
     assert built.agent_loop_workers_class.__ray_actor_class__ is manager.RagenAgentLoopWorker
     v1 = compose(readme_overrides()[:3] + ["actor_rollout_ref.model.path=x", "actor_rollout_ref.rollout.name=vllm"])
     assert v1.trainer.use_v1  # verl 0.9.1's default trainer
     with pytest.raises(ValueError, match="trainer.use_v1=true"):
-        cls(v1, server)
+        cls(config=v1, **kwargs)
 
 
 def test_v1_trainer_path_places_per_turn():

@@ -6,7 +6,7 @@ the README cannot drift), a saved tiny random model, and ``FakeServerManager`` (
 LLM client. Checks: verl's own ``_agent_loop_postprocess`` + the worker's ``_postprocess`` on hand-built
 episodes (test_verl_convert.py) and a row of another agent loop; ``generate_sequences`` end to end; verl's GAE
 on the resulting ``rm_scores`` against ragen's ``gae``; the manager's registration and its refusal under
-verl's v1 trainer; the v1 trainer's path (``RagenAgentLoopOutput.as_dict``).
+verl's v1 trainer; the v1 trainer's worker (``AgentLoopWorkerTQ``) storing ``RagenAgentLoopOutput.as_dict``.
 """
 
 from __future__ import annotations
@@ -202,6 +202,54 @@ def test_manager_swaps_in_the_worker(setup):
     assert v1.trainer.use_v1  # verl 0.9.1's default trainer
     with pytest.raises(ValueError, match="trainer.use_v1=true"):
         cls(config=v1, **kwargs)
+
+
+def load_v1_worker_module(monkeypatch, stored: list):
+    """verl 0.9.1's v1 agent-loop module (``verl/trainer/ppo/v1/agent_loop_tq.py``, loaded from its file: the
+    package's ``__init__`` imports the whole v1 trainer) against a fake ``transfer_queue`` (not installed) that
+    records what the worker stores."""
+    import importlib.util
+    import sys
+    import types
+
+    import verl
+
+    async def async_kv_put(**kwargs):
+        pass
+
+    async def async_kv_batch_put(keys, fields, tags, partition_id):
+        stored.append((keys, fields, tags, partition_id))
+
+    fake = types.ModuleType("transfer_queue")
+    fake.init, fake.async_kv_put, fake.async_kv_batch_put = lambda *a, **k: None, async_kv_put, async_kv_batch_put
+    monkeypatch.setitem(sys.modules, "transfer_queue", fake)
+    path = Path(verl.__file__).parent / "trainer" / "ppo" / "v1" / "agent_loop_tq.py"
+    spec = importlib.util.spec_from_file_location("_ragen_test_verl_agent_loop_tq", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_v1_trainer_worker_stores_per_turn_rm_scores(setup, monkeypatch):
+    """verl's default (v1) trainer: its worker runs the ragen loop (``_run_agent_loop``) and stores
+    ``output.as_dict()`` per trajectory; the stored ``rm_scores`` are ragen's per-turn placement."""
+    config, _, server = setup
+    stored: list = []
+    worker = load_v1_worker_module(monkeypatch, stored).AgentLoopWorkerTQ.__ray_actor_class__(config, server)
+    row = make_dataset_rows("bandit", [9], agent={"max_turn": 3, "max_new_tokens": 8})[0]
+    trajectory = {"step": 1, "sample_index": 0, "rollout_n": 0, "validate": False}
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    asyncio.run(worker._run_agent_loop(sampling, trajectory, agent_name="ragen", trace=False, session_id=0,
+                                       uid="u0", global_steps=1, raw_prompt=row["prompt"],
+                                       extra_info=row["extra_info"]))  # fmt: skip
+    ((keys, fields, tags, partition),) = stored
+    assert keys == ["u0_0_0"] and partition == "train"
+    rm, mask = fields["rm_scores"][0], fields["response_mask"][0]
+    positions = fields["extra_fields"][0]["ragen_reward_positions"]
+    assert len(positions) == 3 and rm.nonzero().flatten().tolist() == positions
+    assert rm[positions].tolist() == pytest.approx([-0.1] * 3) and mask[positions].tolist() == [1, 1, 1]
+    assert rm.tolist() == pytest.approx(fields["extra_fields"][0]["ragen_token_rewards"])
+    assert tags[0]["response_len"] == len(rm)
 
 
 def test_v1_trainer_path_places_per_turn():

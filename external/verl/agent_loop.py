@@ -4,15 +4,16 @@ Registered as ``ragen``. A verl user trains on ragen envs with::
 
     actor_rollout_ref.rollout.agent.agent_loop_config_path=<ragen_external/verl/agent_loop.yaml>
     actor_rollout_ref.rollout.agent.default_agent_loop=ragen
-    actor_rollout_ref.rollout.agent.agent_loop_manager_class=ragen_external.verl.manager.RagenAgentLoopManager
-                                                           # legacy trainer (trainer.use_v1=false) only
+    # verl's legacy trainer only (its default v1 trainer takes rm_scores from RagenAgentLoopOutput.as_dict):
+    +actor_rollout_ref.rollout.agent.agent_loop_manager_class=ragen_external.verl.manager.RagenAgentLoopManager
+    trainer.use_v1=false
 
 and a dataset whose rows name the env and seed (``make_dataset_rows``). Per row, ``run`` plays one episode with
 ragen's agent proxy (``episode.run_episode``: append-only token context, ragen's parser and env registry), each
 turn sampled by verl's server manager, and returns the episode as verl's ``AgentLoopOutput``
 (``convert.episode_to_agent_loop_output``: env tokens response_mask 0, model tokens 1, per-turn rewards on each
-turn's last model token in ``extra_fields``, their sum as ``reward_score``). Rows with the same seed form a
-group (verl's ``rollout.n`` repeats a row), as ragen's groups share an env seed.
+turn's last model token in ``extra_fields`` and in ``rm_scores``, their sum as ``reward_score``). Rows with the
+same seed form a group (verl's ``rollout.n`` repeats a row), as ragen's groups share an env seed.
 
 Importing this module imports verl; the pure parts live in ``convert`` and ``episode``.
 """

@@ -2,6 +2,7 @@
 
     python -m ragen_external.webshop.convert --items items_shuffle.json --attrs items_ins_v2.json \\
         --human items_human_ins.json --out DIR [--nouns auto|spacy|heuristic] [--chunk-size 10000] [--limit N]
+        [--noun-batch-size 256]
 
 Inputs are WebShop's own files, unchanged (schema: ``ragen/env/webshop/data.py``): ``items_shuffle.json`` (a JSON
 array of 1.18M products, ~5 GB), ``items_ins_v2.json`` (``{asin: {attributes, ...}}``) and ``items_human_ins.json``
@@ -203,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nouns", default="auto", choices=("auto", "spacy", "heuristic"),
                         help="name-noun extractor (auto: spaCy when the model is installed, else the heuristic)")
     parser.add_argument("--spacy-model", default="en_core_web_sm")
+    parser.add_argument("--noun-batch-size", type=int, default=256, help="titles per spaCy nlp.pipe batch")
     parser.add_argument("--seed", type=int, default=233, help="seed of the price draws (WebShop: 233)")
     parser.add_argument("--chunk-size", type=int, default=10_000, help="products per processing / BM25 chunk")
     parser.add_argument("--limit", type=int, default=None, help="convert only the first N products")
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     stats = convert(args.items, args.attrs, args.human, args.out, args.nouns, args.spacy_model, args.seed,
-                    args.chunk_size, args.limit, progress=not args.no_progress)
+                    args.chunk_size, args.limit, progress=not args.no_progress, noun_batch_size=args.noun_batch_size)
     print(f"converted {stats.products} products ({stats.duplicates} duplicates skipped, {stats.without_attributes} "
           f"without attributes), {stats.goals} goals, nouns by {stats.noun_extractor}, {stats.index_terms} BM25 terms"
           f" into {args.out} in {time.perf_counter() - start:.1f}s")

@@ -67,9 +67,9 @@ def run(raw, out, **kwargs):
 def test_spacy_nouns_are_tagged_one_chunk_at_a_time(raw, tmp_path, monkeypatch):
     fake = FakeNLP()
     monkeypatch.setattr(spacy, "load", lambda name, **kw: fake if name == "fake_model" else pytest.fail(name))
-    stats = run(raw, tmp_path / "conv", nouns="spacy", spacy_model="fake_model", chunk_size=CHUNK,
-                noun_batch_size=BATCH, progress=False)
-    assert stats.noun_extractor == "spacy:fake_model"
+    convert.main(["--items", str(raw["items_shuffle"]), "--attrs", str(raw["items_ins_v2"]), "--human",
+                  str(raw["items_human_ins"]), "--out", str(tmp_path / "conv"), "--nouns", "spacy", "--spacy-model",
+                  "fake_model", "--chunk-size", str(CHUNK), "--noun-batch-size", str(BATCH), "--no-progress"])
     assert json.loads((tmp_path / "conv" / "catalog.json").read_text())["noun_extractor"] == "spacy:fake_model"
     # one pipe call per chunk (64 + 64 + 2 titles), parser / lemmatizer / ner off, no per-title calls
     assert fake.pipes == [(n, BATCH, ["parser", "lemmatizer", "ner"]) for n in (64, 64, 2)] and fake.calls == 0

@@ -39,7 +39,7 @@ def check_verl_version(installed: str) -> bool:
             f"ragen_external.verl is written against verl {VERL_VERSION} ({SUPPORTED_VERL_SERIES}.x); verl {installed} "
             f"is installed: the agent loop and its reward placement may not match it (bash scripts/setup_verl.sh "
             f"installs {VERL_VERSION})",
-            stacklevel=3,
+            stacklevel=2,
         )
     return False
 

@@ -2,7 +2,8 @@
 
     python -m ragen_external.search.build --corpus dump.jsonl --out INDEX_DIR [--chunk-size 10000]
 
-The dump is read one line at a time; each passage goes to ``INDEX_DIR/passages.jsonl`` (the env's passage store,
+The dump is read one line at a time, with a progress bar over its bytes (percentage and ETA; the number of
+passages is unknown until the end); each passage goes to ``INDEX_DIR/passages.jsonl`` (the env's passage store,
 with its offsets file) and its ``"{title} {text}"`` (what the in-memory env indexes) to the chunked BM25 builder
 (``index.py``). Records without text are skipped, as ``load_corpus`` does. Then use it with
 ``env.config.index_path=INDEX_DIR``.
@@ -16,20 +17,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ragen_external.progress import progress_file
 from ragen_external.search.index import BuildStats, build_index
 
 from ragen.env.bm25_disk import JsonlWriter
 from ragen.env.search_qa.data import PASSAGES_FILE, parse_passage
 
 
-def iter_dump(path: Path, writer: JsonlWriter) -> Iterator[str]:
-    """The indexed text of each passage of the dump, writing the passage to ``writer`` as it goes."""
-    with path.open(encoding="utf-8") as f:
+def iter_dump(path: Path, writer: JsonlWriter, progress: bool = False) -> Iterator[str]:
+    """The indexed text of each passage of the dump, writing the passage to ``writer`` as it goes (with a progress
+    bar over the dump's bytes: the number of passages is not known before the end)."""
+    with progress_file(path, "corpus", progress) as f:
         for i, line in enumerate(f):
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.decode("utf-8"))
             except ValueError as err:
                 raise ValueError(f"{path}:{i + 1}: not a JSON line ({err})") from err
             passage = parse_passage(record, i)
@@ -47,7 +50,7 @@ def build(corpus: str | Path, out: str | Path, chunk_size: int = 10_000, progres
     out.mkdir(parents=True, exist_ok=True)
     writer = JsonlWriter(out / PASSAGES_FILE)
     try:
-        stats = build_index(iter_dump(corpus, writer), out, chunk_size=chunk_size, progress=progress,
+        stats = build_index(iter_dump(corpus, writer, progress), out, chunk_size=chunk_size, progress=progress,
                             extra_manifest={"source": corpus.name, "store": PASSAGES_FILE})
     finally:
         n_passages = writer.close()

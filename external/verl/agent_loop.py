@@ -4,13 +4,16 @@ Registered as ``ragen``. A verl user trains on ragen envs with::
 
     actor_rollout_ref.rollout.agent.agent_loop_config_path=<ragen_external/verl/agent_loop.yaml>
     actor_rollout_ref.rollout.agent.default_agent_loop=ragen
+    # verl's legacy trainer only (its default v1 trainer takes rm_scores from RagenAgentLoopOutput.as_dict):
+    +actor_rollout_ref.rollout.agent.agent_loop_manager_class=ragen_external.verl.manager.RagenAgentLoopManager
+    trainer.use_v1=false
 
 and a dataset whose rows name the env and seed (``make_dataset_rows``). Per row, ``run`` plays one episode with
 ragen's agent proxy (``episode.run_episode``: append-only token context, ragen's parser and env registry), each
 turn sampled by verl's server manager, and returns the episode as verl's ``AgentLoopOutput``
 (``convert.episode_to_agent_loop_output``: env tokens response_mask 0, model tokens 1, per-turn rewards on each
-turn's last model token in ``extra_fields``, their sum as ``reward_score``). Rows with the same seed form a
-group (verl's ``rollout.n`` repeats a row), as ragen's groups share an env seed.
+turn's last model token in ``extra_fields`` and in ``rm_scores``, their sum as ``reward_score``). Rows with the
+same seed form a group (verl's ``rollout.n`` repeats a row), as ragen's groups share an env seed.
 
 Importing this module imports verl; the pure parts live in ``convert`` and ``episode``.
 """
@@ -23,13 +26,35 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any
 
+import torch
+import verl
+from ragen_external.verl import check_verl_version
 from ragen_external.verl.convert import episode_to_agent_loop_output, to_agent_loop_output
 from ragen_external.verl.episode import run_episode, spec_from_row
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
 from ragen.agent import AgentConfig
 
+check_verl_version(verl.__version__)
 _AGENT_KEYS = {f.name for f in fields(AgentConfig)}
+
+
+class RagenAgentLoopOutput(AgentLoopOutput):
+    """verl's ``AgentLoopOutput`` whose ``rm_scores`` carry ragen's per-turn placement.
+
+    verl's own ``as_dict`` puts ``reward_score`` (the episode total) on the last response token. verl 0.9.1's
+    default trainer (``trainer.use_v1=true``, TransferQueue) stores ``as_dict()``'s ``rm_scores`` per trajectory
+    and trains on them (``AgentLoopWorkerTQ._agent_loop_postprocess``), so here each turn's reward sits on the
+    turn's last model token instead (``extra_fields["ragen_token_rewards"]``, same sum). verl's legacy trainer
+    (``trainer.use_v1=false``) does not call ``as_dict``: it needs ``manager.RagenAgentLoopManager``.
+    """
+
+    def as_dict(self) -> dict[str, Any]:
+        out = super().as_dict()
+        rewards = self.extra_fields.get("ragen_token_rewards")
+        if rewards is not None and "rm_scores" in out:
+            out["rm_scores"] = torch.tensor(list(rewards), dtype=torch.float32)
+        return out
 
 
 def agent_config(overrides: dict[str, Any], prompt_length: int, response_length: int) -> AgentConfig:

@@ -16,7 +16,8 @@ model and env tokens alike) with ``response_mask`` 1 on model tokens and 0 on en
   of masked positions, so the response must end on a model token for the reward to count;
 * ``token_rewards`` (response-relative, same length as ``response_ids``): each turn's reward on the turn's last
   model token, 0 elsewhere (ragen's placement, unchanged); ``reward_score`` = their sum (verl's stock path puts
-  it on the last response token: exact for the outcome-level estimators and for a reward on the final turn only);
+  it on the last response token: right for the outcome-level estimators, not for GAE with per-turn rewards, so
+  ``RagenAgentLoopOutput.as_dict`` and ``manager.RagenAgentLoopWorker`` hand verl ``token_rewards`` instead);
   ``reward_positions[k]`` = index in ``response_ids`` of turn k's last model token;
 * ``response_logprobs`` = the engine's sampling log-probs on model tokens, 0 on env tokens;
 * ``num_turns`` = 2 * K for K model turns (verl counts chat messages: one user + one assistant message per turn).
@@ -26,6 +27,7 @@ A failed episode (the env raised; ragen masks its row) has no model tokens: empt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,13 +106,44 @@ def turn_level_rm_scores(token_rewards: list[list[float]], response_length: int)
     return out
 
 
-def to_agent_loop_output(ep: VerlEpisode, *, with_logprobs: bool = True) -> Any:
-    """verl's ``AgentLoopOutput`` of ``ep`` (imports verl). Per-turn rewards ride in ``extra_fields``:
-    ``turn_scores`` (verl's key, one reward per turn), ``ragen_token_rewards`` (see ``turn_level_rm_scores``),
-    ``ragen_reward_positions``; ``reward_extra_info`` carries the episode metrics (``ragen_<name>``)."""
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+def place_turn_rewards(rm_scores: torch.Tensor, response_lengths: torch.Tensor,
+                       token_rewards: Sequence[Sequence[float] | None]) -> torch.Tensor:
+    """verl's batched ``rm_scores`` with ragen's rows moved to ragen's per-turn placement (a new tensor).
 
-    return AgentLoopOutput(
+    rm_scores: (B, T) float32, verl's: row b's ``reward_score`` on its last response token, responses right-padded
+    to T; response_lengths: (B,) int, row b's unpadded response length; token_rewards[b]: row b's
+    ``ragen_token_rewards`` (response-relative, length response_lengths[b]) or None for a row that no ragen loop
+    made, which is returned unchanged. Turn k's reward lands on turn k's last model token, padding stays 0, and a
+    row's sum is unchanged (checked: a mismatch means the score was changed after the loop, e.g. by a reward
+    model, and the per-turn rewards no longer describe it).
+    """
+    out = rm_scores.clone()
+    rows = [b for b, r in enumerate(token_rewards) if r is not None]
+    if not rows:
+        return out
+    for b in rows:
+        if len(token_rewards[b]) != int(response_lengths[b]):
+            raise ValueError(f"row {b}: {len(token_rewards[b])} ragen_token_rewards for a response of "
+                             f"{int(response_lengths[b])} tokens")
+    out[rows] = turn_level_rm_scores([token_rewards[b] for b in rows], rm_scores.shape[1])
+    before, after = rm_scores[rows].double().sum(1), out[rows].double().sum(1)
+    bad = (before - after).abs() > 1e-5 * before.abs().clamp(min=1.0)
+    if bad.any():
+        b = rows[int(bad.nonzero()[0])]
+        raise ValueError(f"row {b}: rm_scores sum {float(rm_scores[b].sum())} != the sum of its ragen_token_rewards "
+                         f"{float(out[b].sum())}; the reward was changed after the ragen agent loop")
+    return out
+
+
+def to_agent_loop_output(ep: VerlEpisode, *, with_logprobs: bool = True) -> Any:
+    """verl's ``AgentLoopOutput`` of ``ep`` (imports verl): a ``RagenAgentLoopOutput``, whose ``as_dict`` puts the
+    per-turn rewards into ``rm_scores``. Per-turn rewards ride in ``extra_fields``: ``turn_scores`` (verl's key,
+    one reward per turn), ``ragen_token_rewards`` (see ``place_turn_rewards``), ``ragen_reward_positions``;
+    ``reward_extra_info`` carries the episode metrics (``ragen_<name>``)."""
+    from ragen_external.verl.agent_loop import RagenAgentLoopOutput
+    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
+
+    return RagenAgentLoopOutput(
         prompt_ids=ep.prompt_ids,
         response_ids=ep.response_ids,
         response_mask=ep.response_mask,

@@ -2,6 +2,7 @@
 
     python -m ragen_external.webshop.convert --items items_shuffle.json --attrs items_ins_v2.json \\
         --human items_human_ins.json --out DIR [--nouns auto|spacy|heuristic] [--chunk-size 10000] [--limit N]
+        [--noun-batch-size 256]
 
 Inputs are WebShop's own files, unchanged (schema: ``ragen/env/webshop/data.py``): ``items_shuffle.json`` (a JSON
 array of 1.18M products, ~5 GB), ``items_ins_v2.json`` (``{asin: {attributes, ...}}``) and ``items_human_ins.json``
@@ -10,9 +11,10 @@ array of 1.18M products, ~5 GB), ``items_ins_v2.json`` (``{asin: {attributes, ..
 1. the attributes object is streamed (``ijson``) into a temporary SQLite table keyed by ASIN;
 2. the product array is streamed record by record (``ijson``), with a progress bar over the file's bytes; each
    product is processed exactly as ``load_catalog`` would (``build_product``: options, price draw seeded per ASIN,
-   attributes), gets its name nouns precomputed (``make_noun_extractor``: spaCy when a model is installed, else the
-   heuristic; lists already in the record are kept), is appended to ``products.jsonl`` and its search text
-   (``ProductSearch.document``) goes to the chunked BM25 builder (``ragen_external.search.index``);
+   attributes), gets its name nouns precomputed (``nouns.make_batch_noun_extractor``: the env's extractor, spaCy
+   when a model is installed, else the heuristic, one chunk of titles per call; lists in the record are kept), is
+   appended to ``products.jsonl`` and its search text (``ProductSearch.document``) goes to the chunked BM25
+   builder (``ragen_external.search.index``);
 3. the human goals are built with ``build_goals`` from the goal products kept on the way (a few thousand).
 
 Output (``DIR``): ``catalog.json`` (manifest), ``products.jsonl`` + ``products.offsets.npy``, ``asins.npy`` +
@@ -24,7 +26,6 @@ Held in memory: one chunk of products, the set of ASINs seen (duplicates are ski
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -37,8 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from ragen_external.progress import progress_file
 from ragen_external.search.index import build_index, chunked
-from tqdm import tqdm
+from ragen_external.webshop.nouns import BatchNouns, make_batch_noun_extractor
 
 from ragen.env.bm25_disk import JsonlWriter
 from ragen.env.webshop.data import (
@@ -55,7 +57,6 @@ from ragen.env.webshop.data import (
     build_product,
 )
 from ragen.env.webshop.pages import ProductSearch
-from ragen.env.webshop.scoring import heuristic_nouns, make_noun_extractor
 
 try:
     import ijson
@@ -73,26 +74,6 @@ class ConvertStats:
     goals: int
     noun_extractor: str
     index_terms: int
-
-
-class _ProgressReader:
-    """A binary file whose ``read`` advances a tqdm bar by the bytes read (ijson only calls ``read``)."""
-
-    def __init__(self, f, bar: tqdm):
-        self.f, self.bar = f, bar
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        self.bar.update(len(data))
-        return data
-
-
-@contextlib.contextmanager
-def progress_file(path: Path, desc: str, enabled: bool):
-    """``path`` opened for binary reading, with a progress bar over the bytes read."""
-    with path.open("rb") as raw, tqdm(total=path.stat().st_size, desc=desc, unit="B", unit_scale=True,
-                                      disable=not enabled) as bar:
-        yield _ProgressReader(raw, bar)
 
 
 def attribute_table(attrs_path: Path, db: sqlite3.Connection, progress: bool, batch: int = 10_000) -> int:
@@ -126,7 +107,8 @@ def lookup_attributes(db: sqlite3.Connection, asins: list[str], batch: int = 500
 class _Converter:
     """The streaming pass over the products (a generator of search texts for the BM25 builder)."""
 
-    def __init__(self, db: sqlite3.Connection, human: dict[str, Any], out: Path, nouns, seed: int, chunk_size: int):
+    def __init__(self, db: sqlite3.Connection, human: dict[str, Any], out: Path, nouns: BatchNouns, seed: int,
+                 chunk_size: int):
         self.db, self.human, self.nouns, self.seed, self.chunk_size = db, human, nouns, seed, chunk_size
         self.writer = JsonlWriter(out / PRODUCTS_FILE)
         self.asin_chunks: list[np.ndarray] = []
@@ -150,10 +132,11 @@ class _Converter:
             asins = [str(raw["asin"]) for raw in chunk]
             attributes = lookup_attributes(self.db, asins)
             self.without_attributes += sum(a not in attributes for a in asins)
-            for raw in chunk:
-                product = build_product(raw, attributes.get(str(raw["asin"]), []), self.seed)
-                if product.name_nouns is None:
-                    product.name_nouns = self.nouns(product.title)
+            products = [build_product(raw, attributes.get(str(raw["asin"]), []), self.seed) for raw in chunk]
+            todo = [p for p in products if p.name_nouns is None]  # lists already in the record are kept
+            for product, nouns in zip(todo, self.nouns([p.title for p in todo]), strict=True):
+                product.name_nouns = nouns
+            for product in products:
                 self.writer.write(dataclasses.asdict(product))
                 if product.asin in self.human:
                     self.goal_products[product.asin] = product
@@ -172,14 +155,14 @@ def convert(
     chunk_size: int = 10_000,
     limit: int | None = None,
     progress: bool = True,
+    noun_batch_size: int = 256,
 ) -> ConvertStats:
     """Convert the three WebShop files into the catalog folder ``out`` (see the module docstring)."""
     items, attrs, human_path, out = (Path(p).expanduser() for p in (items, attrs, human, out))
     for flag, path in (("--items", items), ("--attrs", attrs), ("--human", human_path)):
         if not path.is_file():
             raise FileNotFoundError(f"{flag} {str(path)!r} not found (see external/webshop/README.md for the files)")
-    extractor = make_noun_extractor(nouns, spacy_model)
-    noun_name = "heuristic" if extractor is heuristic_nouns else f"spacy:{spacy_model}"
+    extractor, noun_name = make_batch_noun_extractor(nouns, spacy_model, noun_batch_size)
     out.mkdir(parents=True, exist_ok=True)
     human_goals = json.loads(human_path.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(dir=out) as tmp:
@@ -221,6 +204,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nouns", default="auto", choices=("auto", "spacy", "heuristic"),
                         help="name-noun extractor (auto: spaCy when the model is installed, else the heuristic)")
     parser.add_argument("--spacy-model", default="en_core_web_sm")
+    parser.add_argument("--noun-batch-size", type=int, default=256, help="titles per spaCy nlp.pipe batch")
     parser.add_argument("--seed", type=int, default=233, help="seed of the price draws (WebShop: 233)")
     parser.add_argument("--chunk-size", type=int, default=10_000, help="products per processing / BM25 chunk")
     parser.add_argument("--limit", type=int, default=None, help="convert only the first N products")
@@ -228,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     stats = convert(args.items, args.attrs, args.human, args.out, args.nouns, args.spacy_model, args.seed,
-                    args.chunk_size, args.limit, progress=not args.no_progress)
+                    args.chunk_size, args.limit, progress=not args.no_progress, noun_batch_size=args.noun_batch_size)
     print(f"converted {stats.products} products ({stats.duplicates} duplicates skipped, {stats.without_attributes} "
           f"without attributes), {stats.goals} goals, nouns by {stats.noun_extractor}, {stats.index_terms} BM25 terms"
           f" into {args.out} in {time.perf_counter() - start:.1f}s")

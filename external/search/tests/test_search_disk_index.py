@@ -1,6 +1,7 @@
 """ragen_external.search: the chunked disk BM25 index against bm25s's in-memory index, and search_qa playing on it."""
 
 import json
+import re
 
 import bm25s
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from ragen_external.search import build as build_cli
 from ragen_external.search.index import build_index, token_blocks
 from ragen_external.search.sample import passages, unique_words, write_dump
+from tqdm import tqdm
 
 import ragen.env as E
 from ragen.env.bm25 import BM25Index
@@ -142,3 +144,13 @@ def test_in_memory_and_disk_indexes_share_semantics(tmp_path):
         np.testing.assert_allclose([h.score for h in disk.search(query, k)],
                                    [h.score for h in mem.search(query, k)], rtol=1e-6)
     assert [h.index for h in disk.search("red", 5)] == [0, 1]
+
+
+def test_build_progress_bar_counts_the_dump_bytes(tmp_path, capsys):
+    """Pass 1 reads a dump of unknown length: the bar's total is the file's size (percentage and ETA)."""
+    dump = write_dump(tmp_path / "dump.jsonl", 300, seed=1)
+    build_cli.build(dump, tmp_path / "index", chunk_size=128, progress=True)
+    err = capsys.readouterr().err
+    size = tqdm.format_sizeof(dump.stat().st_size)
+    assert re.search(rf"corpus: 100%\|[^\r\n]*\| {re.escape(size)}/{re.escape(size)} \[", err), err
+    assert "BM25 pass 2/2: write: 100%" in err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ragen_external.verl import episode_to_agent_loop_output, turn_level_rm_scores
+from ragen_external.verl import episode_to_agent_loop_output, place_turn_rewards, turn_level_rm_scores
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
 
@@ -79,7 +79,17 @@ def test_failed_episode_trains_nothing():
     assert ep.reward_score == 0.0 and ep.metrics["failed"] == 1.0
 
 
-def test_verl_output_places_the_score_on_the_last_model_token():
+def test_place_turn_rewards_keeps_other_rows():
+    rm = torch.tensor([[0, 0, 1.5, 0], [0, 0.75, 0, 0], [0, 0, 0, 3.0]])
+    out = place_turn_rewards(rm, torch.tensor([3, 2, 4]), [[0.5, 0, 1.0], None, [1.0, 0, 2.0, 0]])
+    assert out.tolist() == [[0.5, 0, 1.0, 0], [0, 0.75, 0, 0], [1.0, 0, 2.0, 0]] and rm[0, 2] == 1.5  # a new tensor
+    with pytest.raises(ValueError, match="row 0: 2 ragen_token_rewards for a response of 3 tokens"):
+        place_turn_rewards(rm, torch.tensor([3, 2, 4]), [[0.5, 1.0], None, None])
+    with pytest.raises(ValueError, match="row 2: rm_scores sum 3.0"):
+        place_turn_rewards(rm, torch.tensor([3, 2, 4]), [None, None, [1.0, 0, 1.0, 0]])
+
+
+def test_verl_output_places_rewards_per_turn():
     verl_loop = pytest.importorskip(
         "verl.experimental.agent_loop.agent_loop",
         reason="verl 0.9.1 is not importable: install it with `bash scripts/setup_verl.sh` (external/verl/README.md)",
@@ -93,6 +103,7 @@ def test_verl_output_places_the_score_on_the_last_model_token():
     assert d["prompts"].tolist() == [14, 15]
     assert d["responses"].tolist() == [51, 61, 71, 72, 62, 63, 81]
     assert d["response_mask"].tolist() == [1, 0, 1, 1, 0, 0, 1]
-    assert d["rm_scores"].tolist() == [0, 0, 0, 0, 0, 0, 1.75]
+    assert d["rm_scores"].tolist() == [0, 0, 0, -0.25, 0, 0, 2.0]  # ragen's placement (RagenAgentLoopOutput)
+    assert out.reward_score == 1.75
     assert out.extra_fields["turn_scores"] == [0.0, -0.25, 2.0]
     assert out.extra_fields["ragen_token_rewards"] == [0.0, 0.0, 0.0, -0.25, 0.0, 0.0, 2.0]

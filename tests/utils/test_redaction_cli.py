@@ -124,3 +124,19 @@ def test_reader_outlives_a_killed_writer(tmp_path):
 
         time.sleep(0.1)
     assert lines == [f"line {i} token=<redacted:MY_TOKEN>" for i in range(2000)]
+
+
+def test_every_entry_config_disables_hydra_dumps():
+    """Every top-level config under config/ (each can be a --config-name) composes with no .hydra/ dump and no
+    Hydra log file (a config that set its own hydra keys could bring them back)."""
+    from hydra import compose, initialize_config_dir
+
+    from ragen.trainer.compose import config_dir
+
+    names = sorted(p.stem for p in Path(config_dir()).glob("*.yaml"))
+    assert len(names) > 10
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        for name in names:
+            hydra_cfg = compose(config_name=name, return_hydra_config=True).hydra
+            assert hydra_cfg.output_subdir is None, name
+            assert set(hydra_cfg.job_logging.handlers) == {"console"}, name

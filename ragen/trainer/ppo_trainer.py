@@ -83,9 +83,7 @@ class PPOTrainer:
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
         self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
         if self._nccl:
-            import ray
-
-            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"], ray.get)
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.initial_state = restarts.initial_state(self)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -244,12 +242,11 @@ class PPOTrainer:
         if not self._nccl:
             self.engine.update_weights(actor.call_rank0("full_state_dict"))
             return
-        import ray
-
         from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
 
         dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
-        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES, ray.get)
+        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES,
+                            timeout_s=self.cfg.trainer.worker_call_timeout_s)
 
     @contextmanager
     def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:

@@ -95,6 +95,7 @@ def test_engine_actor_is_started_in_its_bundle_with_the_vllm_settings():
     assert kwargs == {"tokenizer": "tok", "model": "/m", "device": "cuda", "dtype": "bfloat16",
                       "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1, "enforce_eager": False,
                       "enable_sleep_mode": True, "max_num_seqs": 64, "max_model_len": 4096, "seed": 42}
+    assert engine.timeout_s == cfg.trainer.worker_call_timeout_s == 3600.0  # engine calls have a timeout too
     # the driver-side handle forwards each protocol call and waits for it
     engine._get = lambda ref: ref
     assert engine.generate([[1]], "sp") == ("generate", ([[1]], "sp"), {})

@@ -191,3 +191,35 @@ def test_driver_names_phase_step_and_resumable_checkpoint(tmp_path, monkeypatch)
     assert "in phase 'actor_update' of step 2" in msg
     assert str(tmp_path / "checkpoints" / "global_step_1") in msg and "trainer.resume=auto" in msg
     assert resolve_resume("auto", tmp_path / "checkpoints").name == "global_step_1"
+
+
+@pytest.mark.parametrize("fail_method, overrides, where", [
+    ("compute_log_probs", ["trainer.val_before_train=true", "trainer.report=true"], "in phase 'val_credit' of step 0"),
+    ("sft_update", ["trainer.sft_warmup_steps=1"], "in phase 'warm_start' of step 0"),
+])
+def test_validation_and_warm_start_failures_name_their_phase(tmp_path, monkeypatch, fail_method, overrides, where):
+    """A worker dying in the validation before training (its credit pass) or in the warm start is named with that
+    phase (before: only the train step and the save were guarded, so such a failure carried no phase)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
+    from trainer_helpers import tiny_overrides
+
+    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.main import run
+    from ragen.workers.group import LocalWorkerGroup
+
+    real = LocalWorkerGroup.call
+
+    def call(self, method, batch=None, **kw):
+        if method == fail_method:
+            raise WorkerFailure(f"actor worker rank 0 died during {method}() (simulated)")
+        return real(self, method, batch, **kw)
+
+    monkeypatch.setattr(LocalWorkerGroup, "call", call)
+    cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false",
+                                           "trainer.val_before_train=false", "algorithm.estimator=grpo",
+                                           "critic.enable=false", *overrides])
+    with pytest.raises(WorkerFailure, match=rf"died during {fail_method}\(\) \(simulated\); {re.escape(where)}\. "
+                                            r"Last complete checkpoint: \(none\)"):
+        run(cfg)

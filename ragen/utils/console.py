@@ -49,10 +49,13 @@ def err_stream() -> TextIO:
 
 
 def say(text: str) -> None:
-    """Print ``text`` on the terminal's standard output (through tqdm, so an open progress bar stays intact)."""
+    """Print ``text`` on the terminal's standard output (through tqdm, so an open progress bar stays intact), with
+    secrets redacted (a batch system often keeps the terminal's output in a file too)."""
     from tqdm import tqdm
 
-    tqdm.write(text, file=out_stream())
+    from ragen.utils.redaction import redact_text
+
+    tqdm.write(redact_text(text), file=out_stream())
 
 
 def _point_fds_at(path: Path) -> subprocess.Popen | None:
@@ -114,7 +117,9 @@ def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]
         if not isinstance(exc, SystemExit):
             import traceback
 
-            _err.write("".join(traceback.format_exception(exc)))
+            from ragen.utils.redaction import redact_text
+
+            _err.write(redact_text("".join(traceback.format_exception(exc))))
             _err.write(f"[ragen] the run failed; the full log is {log_path}\n")
         raise
     finally:

@@ -142,3 +142,12 @@ def test_every_entry_config_disables_hydra_dumps():
             hydra_cfg = compose(config_name=name, return_hydra_config=True).hydra
             assert hydra_cfg.output_subdir is None, name
             assert set(hydra_cfg.job_logging.handlers) == {"console"}, name
+
+
+def test_terminal_lines_are_redacted(monkeypatch, capfd):
+    """What the quiet console prints on the terminal (``say``) is redacted too (a batch system keeps it in a file)."""
+    from ragen.utils import console
+
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    console.say(f"[ragen] run folder runs/exp-{SECRET}")
+    assert capfd.readouterr().out == "[ragen] run folder runs/exp-<redacted:HF_TOKEN>\n"

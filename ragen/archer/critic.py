@@ -267,7 +267,8 @@ class ArcherCriticWorker:
                 skipped += 1
             steps += 1
         out = D.all_reduce_mean({k: v / max(steps, 1) for k, v in sums.items()}, self.device)
-        out["critic/grad_norm"] = out["critic/grad_norm"] * steps / max(steps - skipped, 1)  # mean of finite ones
+        if skipped:  # the mean over the finite norms (0 when none was)
+            out["critic/grad_norm"] = out["critic/grad_norm"] * steps / max(steps - skipped, 1)
         return out | {"critic/updates": float(self.updates), "critic/skipped_steps": float(skipped)}
 
     def _step(self, s, a, rewards, s2, dones, api) -> tuple[dict[str, float], float]:

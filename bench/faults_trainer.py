@@ -3,7 +3,7 @@
 Each trial launches ``python -m ragen.train`` (the tiny random model, in-process workers, a checkpoint after every
 step, ``trainer.resume=auto`` into the same run folder, so every trial after the first is a resume), waits until the
 save of its first new step starts (its ``.tmp_global_step_N`` folder appears), sleeps a stratified random fraction
-of 1.2 x a save's duration (measured first, in an uninterrupted run) and sends SIGKILL. Then it checks what
+of 1.2 x a save's duration (measured first on uninterrupted launches) and sends SIGKILL. Then it checks what
 ``resume=auto`` picks: a complete checkpoint (marker written last), every file of it loadable, its trainer state's
 step equal to the folder's, and at most the step being saved lost. A kill counts as resumed cleanly when that
 holds and the next launch (a resume) reaches its own next save; after the last kill, a final resume must finish
@@ -55,12 +55,21 @@ def launch(out: Path, total_steps: int) -> subprocess.Popen:
         return subprocess.Popen(cmd, cwd=out.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def _created_since(path: Path, since_ns: int) -> bool:
+    try:
+        return path.stat().st_ctime_ns >= since_ns
+    except FileNotFoundError:
+        return False
+
+
 def wait_for_save(root: Path, step: int, proc: subprocess.Popen, timeout_s: float = 300.0,
                   poll_s: float = 0.001) -> float:
-    """``time.perf_counter()`` when the save of ``step`` started (its temporary folder appeared)."""
+    """``time.perf_counter()`` when the save of ``step`` started: its temporary folder appeared, made by this
+    launch (a killed earlier save leaves its own behind, which the new save replaces)."""
+    since = time.time_ns() - 10_000_000  # proc was started just before; 10 ms of clock slack
     tmp, final = root / f".tmp_global_step_{step}", root / f"global_step_{step}"
     deadline = time.monotonic() + timeout_s
-    while not tmp.exists() and not final.exists():
+    while not _created_since(tmp, since) and not _created_since(final, since):
         if proc.poll() is not None:
             raise RuntimeError(f"the trainer exited ({proc.returncode}) before saving step {step}")
         if time.monotonic() > deadline:
@@ -69,19 +78,22 @@ def wait_for_save(root: Path, step: int, proc: subprocess.Popen, timeout_s: floa
     return time.perf_counter()
 
 
-def save_seconds(out: Path, steps: int = 3) -> float:
-    """Median seconds of one save (temporary folder appears -> checkpoint installed) in an uninterrupted run of
-    ``steps`` steps (kept: the kill trials resume from it)."""
+def save_seconds(out: Path, launches: int = 3) -> float:
+    """Median seconds of the first save of a fresh trainer process (temporary folder appears -> checkpoint
+    installed), the save the kills hit: ``launches`` uninterrupted resumes of one step each (their checkpoints are
+    kept: the kill trials resume from them). The first save of a process is slower than later ones (first use of
+    the serialisation code), so a later save's duration would crowd the kills into the write."""
     root = out / "checkpoints"
-    proc = launch(out, steps)
     times = []
-    for step in range(1, steps + 1):
+    for _ in range(launches):
+        step = latest_step(root) + 1
+        proc = launch(out, step)
         start = wait_for_save(root, step, proc)
-        while not is_complete(root / f"global_step_{step}"):
+        while not is_complete(root / f"global_step_{step}") and proc.poll() is None:
             time.sleep(0.001)
         times.append(time.perf_counter() - start)
-    if proc.wait(timeout=300) != 0:
-        raise RuntimeError(f"the calibration run failed; see {out.parent / 'trainer.log'}")
+        if proc.wait(timeout=300) != 0:
+            raise RuntimeError(f"the calibration run failed; see {out.parent / 'trainer.log'}")
     return sorted(times)[len(times) // 2]
 
 

@@ -62,7 +62,8 @@ def test_cli_run_writes_no_secret(tmp_path, loggers):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
-    assert {"train.log", "metrics.jsonl", "config.json", "checkpoints/global_step_1/COMPLETE"} <= files
+    assert {"train.log", "metrics.jsonl", "config.json", "checkpoints/global_step_1/COMPLETE",
+            "checkpoints/global_step_1/trainer_state.pt", "report/index.html"} <= files
     assert ("wandb" in loggers) == any(f.startswith("wandb/") for f in files), sorted(files)[:20]
     assert not any(f.startswith(".hydra/") for f in files)  # hydra.output_subdir: null
     assert not _leaks(tmp_path, [SECRET, KEY])  # the whole working folder: output, wandb, anything Hydra wrote

@@ -5,6 +5,7 @@ checkpoints, report, wandb's offline folder) is grepped for it. Also the redacti
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,6 @@ def test_reader_outlives_a_killed_writer(tmp_path):
         lines = log.read_text().splitlines() if log.exists() else []
         if len(lines) == 2000:
             break
-        import time
-
         time.sleep(0.1)
     assert lines == [f"line {i} token=<redacted:MY_TOKEN>" for i in range(2000)]
 
@@ -152,3 +151,21 @@ def test_terminal_lines_are_redacted(monkeypatch, capfd):
     monkeypatch.setenv("HF_TOKEN", SECRET)
     console.say(f"[ragen] run folder runs/exp-{SECRET}")
     assert capfd.readouterr().out == "[ragen] run folder runs/exp-<redacted:HF_TOKEN>\n"
+
+
+def test_worker_output_goes_through_the_redacting_pipe(tmp_path):
+    """A Ray worker of a quiet run (``RAGEN_LOG_FILE`` set) points its output at the run's log through its own
+    redacting reader: what it prints (Python and C level) reaches the log redacted, even when it is SIGKILLed."""
+    log = tmp_path / "train.log"
+    script = ("import os, signal\nfrom ragen.utils.console import redirect_worker_output\nredirect_worker_output()\n"
+              "print('worker', os.environ['HF_TOKEN'], flush=True)\n"
+              "os.write(2, b'fd2 ' + os.environ['HF_TOKEN'].encode() + b'\\n')\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=_env(HF_TOKEN=SECRET, RAGEN_LOG_FILE=str(log)),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9 and SECRET not in proc.stdout + proc.stderr
+    for _ in range(100):
+        if log.exists() and log.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.1)
+    assert log.read_text() == "worker <redacted:HF_TOKEN>\nfd2 <redacted:HF_TOKEN>\n"

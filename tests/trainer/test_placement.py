@@ -44,10 +44,13 @@ def test_worker_groups_share_the_placement_group(monkeypatch):
     class RecordingGroup:
         def __init__(self, worker_cls, world_size, resources_per_worker, placement_group, **kw):
             made.append((kw["role"] if "role" in kw else "critic", world_size, resources_per_worker, placement_group))
+            timeouts.add((kw["call_timeout_s"], kw["ready_timeout_s"]))
 
+    timeouts = set()
     monkeypatch.setattr("ragen.workers.WorkerGroup", RecordingGroup)
-    cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true")
+    cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true", "trainer.worker_start_timeout_s=90")
     builders.build_workers(cfg, "model-dir", placement_group="shared-pg")
+    assert timeouts == {(3600.0, 90.0)}  # every group: the call and start timeouts of the config
     assert sorted(made) == [("actor", 8, {"CPU": 1.0, "GPU": 0.4}, "shared-pg"),
                             ("critic", 8, {"CPU": 1.0, "GPU": 0.3}, "shared-pg"),
                             ("ref", 8, {"CPU": 1.0, "GPU": 0.2}, "shared-pg")]

@@ -308,9 +308,10 @@ class ArcherTrainer:
 
     def plot(self) -> Path:
         from ragen.utils.plotting import plot_learning_curves
+        from ragen.utils.redaction import redact_text
 
-        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
-                                    title=self.cfg.trainer.experiment_name)
+        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",  # the title is drawn: redact
+                                    title=redact_text(self.cfg.trainer.experiment_name))
 
     def save_checkpoint(self) -> Path:
         """Actor, critic, replay buffer and trainer state into ``checkpoints/global_step_<step>``."""

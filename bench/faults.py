@@ -3,6 +3,10 @@
     python bench/faults.py                      # 40 kills spread over checkpoint writes + garbage fuzz counts
     python bench/faults.py --kills 0 --garbage 10000    # only the fuzz counts
     python bench/faults.py --kills 100 --seed 3 --skip-garbage
+    python bench/faults.py --trainer --kills 20     # kill the real trainer (python -m ragen.train) instead
+
+``--trainer``: the kills hit ``python -m ragen.train`` itself (``bench/faults_trainer.py``); the default mode below
+kills a forked stand-in that saves through the same checkpoint code, ~100x faster per kill.
 
 **Checkpoint kills.** A forked child process trains a tiny transformers model (Llama, 2 layers) with AdamW and
 saves a real checkpoint after every step through ``ragen.utils.checkpoint.write_checkpoint`` (``actor/`` as
@@ -238,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="checkpoint folder (default: a temporary folder)")
     ap.add_argument("--skip-garbage", action="store_true", help="only the checkpoint kills")
     ap.add_argument("--garbage", type=int, default=10_000, help="fuzzed responses per parser")
+    ap.add_argument("--trainer", action="store_true", help="kill the real trainer (bench/faults_trainer.py)")
     args = ap.parse_args(argv)
     ok = True
+    if args.trainer:
+        return trainer_kills(args)
     with tempfile.TemporaryDirectory() as tmp:
         if args.kills <= 0:
             return 0 if garbage_report(args.garbage, args.seed) else 1
@@ -255,6 +262,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_garbage:
         ok = garbage_report(args.garbage, args.seed) and ok
     return 0 if ok else 1
+
+
+def trainer_kills(args: argparse.Namespace) -> int:
+    """``--trainer``: the kill campaign on ``python -m ragen.train``; 0 when every kill resumed cleanly."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from faults_trainer import report, run_trainer_kills
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        rep = run_trainer_kills(Path(args.out or tmp), args.kills, args.seed)
+        print(report(rep, time.perf_counter() - t0))
+    return 0 if rep.resumed == rep.tried and not rep.failures else 1
 
 
 def garbage_report(n: int, seed: int) -> bool:

@@ -251,7 +251,7 @@ class ArcherCriticWorker:
         n, bs, ws = len(states), self.cfg.batch_size, self.world_size
         sums = dict.fromkeys(("critic/q_loss", "critic/v_loss", "critic/loss", "critic/grad_norm", "critic/q_mean",
                               "critic/v_mean", "critic/target_q_mean"), 0.0)
-        steps = 0
+        steps = skipped = 0
         for i in range(0, n, bs):
             m = min(bs, n - i)
             if m % ws:
@@ -261,10 +261,15 @@ class ArcherCriticWorker:
             stats, norm = self._step(states[sl], actions[sl], rewards[sl], next_states[sl], dones[sl], pi_actions[sl])
             for k, v in stats.items():
                 sums[k] += v
-            sums["critic/grad_norm"] += norm
+            if math.isfinite(norm):  # a non-finite gradient norm: the optimizer step was skipped (``_step``)
+                sums["critic/grad_norm"] += norm
+            else:
+                skipped += 1
             steps += 1
         out = D.all_reduce_mean({k: v / max(steps, 1) for k, v in sums.items()}, self.device)
-        return out | {"critic/updates": float(self.updates)}
+        if skipped:  # the mean over the finite norms (0 when none was)
+            out["critic/grad_norm"] = out["critic/grad_norm"] * steps / max(steps - skipped, 1)
+        return out | {"critic/updates": float(self.updates), "critic/skipped_steps": float(skipped)}
 
     def _step(self, s, a, rewards, s2, dones, api) -> tuple[dict[str, float], float]:
         """One optimizer step on this rank's rows of one mini-batch; (this rank's loss stats, global grad norm)."""

@@ -13,6 +13,13 @@ the paper starts ArCHer from a behaviour-cloned policy too. Then per iteration, 
        actions; filtered_bc: BC on turns of trajectories at or above the reward quantile)
     -> weight sync to the engine -> metrics, validation, checkpoint (buffer included)
 
+NaN / inf never reaches the weights (issue 13, as in the PPO trainer: ``ragen.trainer.numerics``): turns whose
+reward or return is not finite never enter the replay buffer (where they would poison every later critic target),
+an actor update whose advantages or sampling log-probs are not finite is skipped with its weight sync, a worker
+skips an optimizer step whose gradient norm is not finite (``actor/skipped_steps``, ``critic/skipped_steps``),
+and after ``trainer.max_consecutive_skips`` consecutive iterations with any of these the run stops naming the
+tensor (``nonfinite/<tensor>`` counts in the metrics).
+
 The policy and the critic live in worker groups like the PPO ones: ``trainer.actor_world_size`` /
 ``trainer.critic_world_size`` Ray actors (FSDP2 ranks; gloo on CPU), or in-process when ``trainer.use_ray=false``.
 A critic update splits every mini-batch over the critic ranks (``ArcherCriticWorker``); its results equal world
@@ -21,6 +28,7 @@ size 1 (``tests/archer/test_archer_world_size.py``).
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +43,7 @@ from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.transitions import policy_batch, transitions_from_batch
 from ragen.archer.workers import ArcherPolicyWorker
 from ragen.rollout.base import SamplingParams
-from ragen.trainer import builders, phases, turn_layout
+from ragen.trainer import builders, numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import actor_worker_config, world_size
 from ragen.trainer.state import rng_preserved, trim_metrics
@@ -62,6 +70,14 @@ def make_critic_group(cfg: TrainConfig, num_threads: int | None) -> Any:
     return builders.make_group(cfg, ArcherCriticWorker, "critic", cfg=critic_settings(cfg), num_threads=num_threads)
 
 
+def drop_nonfinite(records: list[Transition], rewards: list[float]) -> tuple[list[Transition], list[float], int]:
+    """(the turns whose reward, trajectory reward and return are finite, the finite episode totals, number of turns
+    dropped): a NaN / inf reward in the replay buffer would poison every critic target it is sampled into."""
+    keep = [r for r in records if math.isfinite(r.reward) and math.isfinite(r.traj_reward)
+            and math.isfinite(r.mc_return)]
+    return keep, [x for x in rewards if math.isfinite(x)], len(records) - len(keep)
+
+
 class ArcherTrainer:
     """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``."""
 
@@ -79,6 +95,7 @@ class ArcherTrainer:
         self.val_suffix = ""
         self._rng_after_step: dict[str, Any] | None = None
         self.tracker: Tracker | None = None
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self) -> None:
@@ -143,6 +160,7 @@ class ArcherTrainer:
         """One iteration (see the module docstring); returns its metrics."""
         a, name, t = self.cfg.archer, self.cfg.algorithm.name, {}
         metrics: dict[str, float] = {}
+        bad: dict[str, int] = {}  # non-finite inputs met this iteration (see the module docstring)
         start = time.perf_counter()
         with timed("rollout", t):
             batch = self.proxy.rollout("train", responder=self._chai_responder if name == "chai" else None)
@@ -150,6 +168,9 @@ class ArcherTrainer:
         with timed("store", t):
             records, rewards = transitions_from_batch(batch, self._decode, a.gamma, self.episodes_seen)
             self.episodes_seen += len(rewards)
+            records, rewards, dropped = drop_nonfinite(records, rewards)
+            if dropped:
+                bad["rewards"] = dropped
             self.rewards_seen.extend(rewards)
             self.buffer.add(records)
         metrics.update(self._rollout_metrics(records, rewards))
@@ -158,7 +179,10 @@ class ArcherTrainer:
                 metrics.update(self._critic_update())
         if self.step >= a.warmup_iter and a.actor_epochs > 0 and name != "chai" and len(self.buffer):
             with timed("actor_update", t):
-                metrics.update(self._actor_update() if name == "archer" else self._bc_update())
+                metrics.update(self._actor_update(bad) if name == "archer" else self._bc_update())
+        if bad:
+            metrics.update(numerics.skip_metrics(bad))
+        self.skips.record(self.step + 1, bad | numerics.gradient_skips(metrics))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = time.perf_counter() - start
         return metrics
@@ -198,8 +222,9 @@ class ArcherTrainer:
             rewards=[r.reward for r in sample], next_states=[r.next_state for r in sample],
             dones=[r.done for r in sample], pi_actions=pi)
 
-    def _actor_update(self) -> dict[str, float]:
-        """ArCHer's actor: per epoch, sample states, sample fresh actions, A from the online critic, REINFORCE."""
+    def _actor_update(self, bad: dict[str, int]) -> dict[str, float]:
+        """ArCHer's actor: per epoch, sample states, sample fresh actions, A from the online critic, REINFORCE.
+        An epoch whose advantages or sampling log-probs hold NaN / inf is skipped (counted into ``bad``)."""
         a, actor = self.cfg.archer, self.workers["actor"]
         out: dict[str, float] = {}
         for epoch in range(a.actor_epochs):
@@ -208,12 +233,19 @@ class ArcherTrainer:
             ids = [list(s.token_ids) or [self.proxy.fmt.eot_id] for s in fresh]
             adv = self.workers["critic"].call("advantages", states=[r.state for r in sample],
                                               actions=[self._decode(x) for x in ids])
+            log_probs = [list(s.log_probs) or [0.0] for s in fresh]
+            nonfinite = numerics.nonfinite_counts({"advantages": adv, "sample_log_probs": torch.tensor(
+                [x for lp in log_probs for x in lp], dtype=torch.float32)})
+            if nonfinite:
+                for k, v in nonfinite.items():
+                    bad[k] = bad.get(k, 0) + v
+                continue
             tb = policy_batch([r.prompt_ids for r in sample], ids, self.proxy.pad_id, advantages=adv,
-                              log_probs=[list(s.log_probs) or [0.0] for s in fresh])
+                              log_probs=log_probs)
             m = actor.call("reinforce_update", tb, clip=a.ppo_clip)
             self.engine.update_weights(actor.call_rank0("full_state_dict"))
-            for k, v in m.items():
-                out[k] = out.get(k, 0.0) + v / a.actor_epochs
+            for k, v in m.items():  # means over the epochs; skipped optimizer steps add up
+                out[k] = out.get(k, 0.0) + (v if k.endswith("/skipped_steps") else v / a.actor_epochs)
             out["actor/advantage_std"] = out.get("actor/advantage_std", 0.0) + float(adv.std()) / a.actor_epochs
         return out
 
@@ -276,9 +308,10 @@ class ArcherTrainer:
 
     def plot(self) -> Path:
         from ragen.utils.plotting import plot_learning_curves
+        from ragen.utils.redaction import redact_text
 
-        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
-                                    title=self.cfg.trainer.experiment_name)
+        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",  # the title is drawn: redact
+                                    title=redact_text(self.cfg.trainer.experiment_name))
 
     def save_checkpoint(self) -> Path:
         """Actor, critic, replay buffer and trainer state into ``checkpoints/global_step_<step>``."""

@@ -137,6 +137,7 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement
         resources["GPU"] = GPU_SHARE[role]
     return WorkerGroup(worker_cls, world_size=ws, resources_per_worker=resources, placement_group=placement_group,
                        label=role, call_timeout_s=train_cfg.trainer.worker_call_timeout_s,
+                       ready_timeout_s=train_cfg.trainer.worker_start_timeout_s,
                        placement_strategy=train_cfg.trainer.placement_strategy,
                        placement_timeout_s=train_cfg.trainer.placement_timeout_s, **init_kwargs)
 

@@ -270,7 +270,9 @@ class TrainerSection:
     (``train_samples/step_N.jsonl``; 0 = none).
     ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
     inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
-    a Ray worker group may take before the run stops naming the worker and phase (null = no limit).
+    a Ray worker group, the rollout engine actor or the NCCL weight sync may take before the run stops naming the
+    worker and phase (null = no limit); ``worker_start_timeout_s``: seconds a worker group's ranks may take to start
+    (load the model, answer a ping).
     ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are rebuilt from the
     last complete checkpoint, ``ragen.trainer.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
     join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
@@ -308,6 +310,7 @@ class TrainerSection:
     report_train_samples: int = 4
     max_consecutive_skips: int = 3
     worker_call_timeout_s: float | None = 3600.0
+    worker_start_timeout_s: float | None = 600.0
     max_restarts: int = 0
     ray_address: str | None = None
     placement_strategy: str = "PACK"
@@ -317,9 +320,10 @@ class TrainerSection:
         if self.max_consecutive_skips < 0:
             raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
                              f"{self.max_consecutive_skips}")
-        if self.worker_call_timeout_s is not None and not self.worker_call_timeout_s > 0:
-            raise ValueError(f"trainer.worker_call_timeout_s must be > 0 seconds or null (no limit), got "
-                             f"{self.worker_call_timeout_s}")
+        for key in ("worker_call_timeout_s", "worker_start_timeout_s"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise ValueError(f"trainer.{key} must be > 0 seconds or null (no limit), got {value}")
         if self.max_restarts < 0:
             raise ValueError(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
                              f"{self.max_restarts}")

@@ -80,27 +80,32 @@ def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str) -> dict[str, An
 
 
 class RemoteEngine:
-    """The ``Engine`` protocol over a Ray actor that holds the engine (every call waits for its result)."""
+    """The ``Engine`` protocol over a Ray actor that holds the engine. Every call waits for its result at most
+    ``timeout_s`` seconds (``trainer.worker_call_timeout_s``; None = no limit): a dead or hung engine raises
+    ``WorkerFailure`` naming the rollout engine and the method (``ragen.workers.group.remote_get``). ``get(ref)``
+    replaces that wait (tests' fakes)."""
 
-    def __init__(self, actor: Any, get: Callable[[Any], Any] | None = None):
-        self.actor = actor
-        if get is None:
-            import ray
+    def __init__(self, actor: Any, get: Callable[[Any], Any] | None = None, timeout_s: float | None = None):
+        self.actor, self._get, self.timeout_s = actor, get, timeout_s
 
-            get = ray.get
-        self._get = get
+    def _wait(self, ref: Any, method: str) -> Any:
+        if self._get is not None:
+            return self._get(ref)
+        from ragen.workers.group import remote_get
+
+        return remote_get(ref, "rollout engine", method, self.timeout_s)
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: Any) -> list[Any]:
-        return self._get(self.actor.generate.remote(prompt_token_ids, sampling))
+        return self._wait(self.actor.generate.remote(prompt_token_ids, sampling), "generate")
 
     def update_weights(self, state_dict: Any) -> Any:
-        return self._get(self.actor.update_weights.remote(state_dict))
+        return self._wait(self.actor.update_weights.remote(state_dict), "update_weights")
 
     def sleep(self) -> None:
-        self._get(self.actor.sleep.remote())
+        self._wait(self.actor.sleep.remote(), "sleep")
 
     def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        self._get(self.actor.wake.remote(tags))
+        self._wait(self.actor.wake.remote(tags), "wake")
 
 
 def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: Any, model_path: str, dtype: str,
@@ -123,7 +128,8 @@ def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: A
         num_gpus=share, num_cpus=1, scheduling_strategy=strategy,
         runtime_env={"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}},
     )
-    return RemoteEngine(actor_cls.remote(tokenizer=tokenizer, **engine_kwargs(cfg, model_path, dtype)))
+    return RemoteEngine(actor_cls.remote(tokenizer=tokenizer, **engine_kwargs(cfg, model_path, dtype)),
+                        timeout_s=cfg.trainer.worker_call_timeout_s)
 
 
 def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
@@ -143,9 +149,19 @@ def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
     engine.wake(("kv_cache",))
 
 
-def init_nccl_sync(cfg: TrainConfig, engine: RemoteEngine, actor_group: Any, get: Callable[[Any], Any]) -> None:
+def nccl_waiter(method: str, timeout_s: float | None) -> Callable[[Any], Any]:
+    """Waits for the refs of one NCCL weight-sync ``method`` at most ``timeout_s`` seconds (``remote_get``)."""
+    from ragen.workers.group import remote_get
+
+    return lambda refs: remote_get(refs, "NCCL weight-sync group (actor rank 0, rollout engine)", method, timeout_s)
+
+
+def init_nccl_sync(cfg: TrainConfig, engine: RemoteEngine, actor_group: Any,
+                   get: Callable[[Any], Any] | None = None) -> None:
     """Separate placement: form the NCCL group of the actor's rank 0 (group rank 0) and the engine's workers
-    (1..tp). Both sides must be joining at once (the rendezvous blocks), so all calls start before any wait."""
+    (1..tp). Both sides must be joining at once (the rendezvous blocks), so all calls start before any wait.
+    ``get`` (tests' fakes) replaces the wait of at most ``trainer.worker_call_timeout_s``."""
+    get = get or nccl_waiter("init_weight_group", cfg.trainer.worker_call_timeout_s)
     world = 1 + cfg.rollout.vllm.tensor_parallel_size
     rank0 = actor_group.workers[0]
     host, port = get(rank0.sync_address.remote())
@@ -155,8 +171,10 @@ def init_nccl_sync(cfg: TrainConfig, engine: RemoteEngine, actor_group: Any, get
 
 
 def nccl_sync(engine: RemoteEngine, actor_group: Any, dtype: str, bucket_bytes: int,
-              get: Callable[[Any], Any]) -> int:
-    """One weight sync over the NCCL group (``ragen.rollout.vllm_nccl.sync_over_nccl``); returns tensors sent."""
+              get: Callable[[Any], Any] | None = None, timeout_s: float | None = None) -> int:
+    """One weight sync over the NCCL group (``ragen.rollout.vllm_nccl.sync_over_nccl``); returns tensors sent.
+    Each wait takes at most ``timeout_s`` seconds unless ``get`` (tests' fakes) replaces it."""
+    get = get or nccl_waiter("nccl_sync", timeout_s)
     from ragen.rollout.vllm_nccl import sync_over_nccl
 
     plan = actor_group.call_rank0("plan_weight_buckets", dtype, bucket_bytes)  # all ranks gather

@@ -83,9 +83,7 @@ class PPOTrainer:
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
         self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
         if self._nccl:
-            import ray
-
-            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"], ray.get)
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.initial_state = restarts.initial_state(self)
         self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
@@ -109,11 +107,11 @@ class PPOTrainer:
         tr = self.cfg.trainer
         last: dict[str, float] = {}
         if tr.val_before_train and self.step == 0 and not self.warm_started:
-            last = self.validate()
+            last = self._guarded(self.validate, step=0)
             self._log(last, 0)
             self.write_report()
         if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
-            last = run_warm_start(self)
+            last = self._guarded(lambda: run_warm_start(self), phase="warm_start", step=0)
             self.warm_started = True
             self.write_report()
             self.save_checkpoint()  # a crash in RL resumes after the warm start
@@ -143,14 +141,14 @@ class PPOTrainer:
         """One step of ``fit``: train, log (with validation when due), checkpoint when due; returns its metrics."""
         tr = self.cfg.trainer
         metrics = self._guarded(self.train_step)
-        metrics.update(self.memory_metrics())
+        metrics.update(self._guarded(self.memory_metrics, phase="memory_stats"))
         metrics["trainer/restarts"] = float(self.restarts)
         self.step += 1
         self._rng_after_step = get_rng_state()
         final = self.step == tr.total_steps
         validating = final or (tr.val_freq > 0 and self.step % tr.val_freq == 0)
         if validating:
-            metrics.update(self.validate())
+            metrics.update(self._guarded(self.validate, step=self.step))
         self._log(metrics, self.step)
         if validating:
             self.write_report()
@@ -244,12 +242,11 @@ class PPOTrainer:
         if not self._nccl:
             self.engine.update_weights(actor.call_rank0("full_state_dict"))
             return
-        import ray
-
         from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
 
         dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
-        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES, ray.get)
+        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES,
+                            timeout_s=self.cfg.trainer.worker_call_timeout_s)
 
     @contextmanager
     def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:
@@ -258,14 +255,19 @@ class PPOTrainer:
         with timed(name, timings):
             yield
 
-    def _guarded(self, fn: Callable[[], Any]) -> Any:
-        """Run one step; a dead or hung worker (``WorkerFailure``) stops the run naming the step, the phase and the
-        checkpoint to resume from (the last complete one: an interrupted save never counts)."""
+    def _guarded(self, fn: Callable[[], Any], phase: str | None = None, step: int | None = None) -> Any:
+        """Run one part of the loop (a step, a validation, the warm start, a save); a dead or hung worker
+        (``WorkerFailure``) stops the run naming the step, the phase and the checkpoint to resume from (the last
+        complete one: an interrupted save never counts). ``phase``: the phase name for parts that do not name
+        their own (``_timed``); ``step``: the step to report (default: the one being trained, or saved)."""
+        if phase is not None:
+            self.phase = phase
         try:
             return fn()
         except WorkerFailure as exc:
             last = latest_checkpoint(self.ckpt_root)
-            step = self.step if self.phase == "checkpoint" else self.step + 1
+            if step is None:
+                step = self.step if self.phase == "checkpoint" else self.step + 1
             raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
                                 f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
 
@@ -298,11 +300,11 @@ class PPOTrainer:
         The global RNG state is restored afterwards, so validating never changes the training randomness.
         """
         t: dict[str, float] = {}
-        with rng_preserved(), timed("validation", t):
+        with rng_preserved(), self._timed("validation", t):
             batch = self.val_proxy.rollout("val")
         records = phases.episode_records(batch)
         if self.cfg.trainer.report:  # + token rows with log-probs, values and advantages, for the step page
-            with rng_preserved(), timed("val_credit", t):
+            with rng_preserved(), self._timed("val_credit", t):
                 records = report_phase.val_records(self, batch)
         phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}

@@ -54,9 +54,7 @@ def restart(trainer: Any, failure: Exception) -> None:
     if line:
         console.say(line)
     if trainer._nccl:
-        import ray
-
-        placement.init_nccl_sync(cfg, trainer.engine, trainer.workers["actor"], ray.get)
+        placement.init_nccl_sync(cfg, trainer.engine, trainer.workers["actor"])
     last = latest_checkpoint(trainer.ckpt_root)
     if last is not None:
         trainer.load_checkpoint(last)

@@ -7,6 +7,9 @@ the progress bar to the second), then points descriptors 1 and 2 at ``train.log`
 libraries, C code and Python warnings lands in the file whatever stream object they hold. Ray workers inherit
 ``RAGEN_LOG_FILE`` (see ``ragen.trainer.builders.start_ray``) and point their own descriptors at the same file
 in :func:`redirect_worker_output` (appends of whole lines from several processes do not interleave mid-line).
+When the environment holds a secret, descriptors 1 and 2 point at a pipe instead, read by a small child process
+that writes to the log with every secret redacted (:mod:`ragen.utils.log_redactor`; it drains the pipe even when
+this process is killed, so no line written before a crash is lost).
 In-process use (tests, notebooks) never enters it and prints everything as before.
 """
 
@@ -14,15 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from ragen.utils import log_redactor
+
 LOG_VAR = "RAGEN_LOG_FILE"
 _out: TextIO | None = None
 _err: TextIO | None = None
+_worker_reader: subprocess.Popen | None = None
 
 
 def is_quiet() -> bool:
@@ -42,17 +49,33 @@ def err_stream() -> TextIO:
 
 
 def say(text: str) -> None:
-    """Print ``text`` on the terminal's standard output (through tqdm, so an open progress bar stays intact)."""
+    """Print ``text`` on the terminal's standard output (through tqdm, so an open progress bar stays intact), with
+    secrets redacted (a batch system often keeps the terminal's output in a file too)."""
     from tqdm import tqdm
 
-    tqdm.write(text, file=out_stream())
+    from ragen.utils.redaction import redact_text
+
+    tqdm.write(redact_text(text), file=out_stream())
 
 
-def _point_fds_at(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def _point_fds_at(path: Path) -> subprocess.Popen | None:
+    """Point descriptors 1 and 2 at ``path``: through the redacting reader when there are secrets (returned, so the
+    caller can wait for it to drain), else at the file itself."""
+    started = log_redactor.start(path)
+    fd, reader = started if started is not None else (log_redactor.open_log(path), None)
     for target in (1, 2):
         os.dup2(fd, target)
     os.close(fd)
+    return reader
+
+
+def _wait_drained(reader: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
+    """Let the redacting reader write out what is still in its pipe. It ends when every writer has closed the pipe;
+    a child that inherited the descriptors and still runs (a lingering Ray process) keeps it open, and then the
+    reader goes on in the background until that child exits."""
+    if reader is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            reader.wait(timeout=timeout_s)
 
 
 def _quiet_libraries() -> None:
@@ -83,7 +106,7 @@ def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]
     _out, _err = (os.fdopen(os.dup(saved[fd]), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2))
     old_env = os.environ.get(LOG_VAR)
     os.environ[LOG_VAR] = str(log_path)
-    _point_fds_at(log_path)
+    reader = _point_fds_at(log_path)
     saved_streams = sys.stdout, sys.stderr  # replaced ones too (notebooks, capture), pointed at the log meanwhile
     sys.stdout, sys.stderr = (os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
                               for fd in (1, 2))
@@ -94,7 +117,9 @@ def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]
         if not isinstance(exc, SystemExit):
             import traceback
 
-            _err.write("".join(traceback.format_exception(exc)))
+            from ragen.utils.redaction import redact_text
+
+            _err.write(redact_text("".join(traceback.format_exception(exc))))
             _err.write(f"[ragen] the run failed; the full log is {log_path}\n")
         raise
     finally:
@@ -107,6 +132,7 @@ def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]
         _out.close()
         _err.close()
         _out = _err = None
+        _wait_drained(reader)
         if old_env is None:
             os.environ.pop(LOG_VAR, None)
         else:
@@ -117,10 +143,11 @@ def redirect_worker_output() -> None:
     """In a worker process: when the driver is quiet (``RAGEN_LOG_FILE`` set), write this process's output to the
     run's log instead of Ray's per-worker files, which Ray would echo on the driver's terminal."""
     path = os.environ.get(LOG_VAR)
-    if not path:
+    if not path or is_quiet():  # in the driver (in-process workers): quiet_console already points them there
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    _point_fds_at(Path(path))
+    global _worker_reader
+    _worker_reader = _point_fds_at(Path(path))  # runs as long as this process (and its children) write
     warnings.simplefilter("default")
     _quiet_libraries()

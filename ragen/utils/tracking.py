@@ -142,9 +142,14 @@ class WandbLogger:
         import wandb
 
         self.mode = wandb_mode()
-        self._run = wandb.init(
-            project=project, name=experiment, dir=str(run_dir), config=config, mode=self.mode, reinit=True
-        )
+        # wandb records the command line (sys.argv, read at init) and, by default, a copy of the console: the
+        # first gets redacted, the second is off (train.log, redacted, is the run's output record)
+        argv, sys.argv = sys.argv, [redact_text(a) for a in sys.argv]
+        try:
+            self._run = wandb.init(project=project, name=experiment, dir=str(run_dir), config=config, mode=self.mode,
+                                   reinit=True, settings=wandb.Settings(console="off"))
+        finally:
+            sys.argv = argv
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self._run.log(metrics, step=step)

@@ -100,33 +100,45 @@ def _free_port() -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------------------- worker failures (issue 13, faults)
+CALL_KNOB = "trainer.worker_call_timeout_s"
+START_KNOB = "trainer.worker_start_timeout_s"
+
+
 class WorkerFailure(RuntimeError):
     """A remote worker died (its process was killed, crashed or was lost with its node) or did not answer within
-    the group's ``call_timeout_s``; the message names the role, rank and method."""
+    its timeout; the message names the worker (role and rank, or the rollout engine) and the method."""
 
 
-def get_results(refs: list, role: str, method: str, timeout_s: float | None) -> list:
-    """``ray.get`` the per-rank results of one call; a dead actor or a call past ``timeout_s`` seconds (shared by
-    all ranks; None = wait forever) raises :class:`WorkerFailure` naming ``role``, the rank and ``method``.
-    Exceptions raised by the worker's own code propagate unchanged."""
-    import time
-
+def remote_get(refs: Any, who: str, method: str, timeout_s: float | None, knob: str = CALL_KNOB,
+               wait_s: float | None = None) -> Any:
+    """The one blocking ``ray.get`` of the package (a grep test keeps it so): wait at most ``timeout_s`` seconds
+    (None or <= 0 = no limit; ``wait_s``, when given, is what is left of that budget) for ``refs`` (one object
+    ref or a list). A dead actor or the timeout raises :class:`WorkerFailure` naming ``who`` (e.g. ``actor worker
+    rank 1``, ``rollout engine``), ``method`` and the config key ``knob`` that sets the timeout, instead of
+    hanging or surfacing a raw Ray error. Exceptions raised by the remote code itself propagate unchanged."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError
 
+    limit = None if timeout_s is None or timeout_s <= 0 else (timeout_s if wait_s is None else max(wait_s, 1e-3))
+    try:
+        return ray.get(refs, timeout=limit)
+    except RayActorError as exc:
+        raise WorkerFailure(f"{who} died during {method}() "
+                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})") from exc
+    except GetTimeoutError as exc:
+        raise WorkerFailure(f"{who} did not finish {method}() within {knob}={timeout_s:g} s "
+                            "(hung or too slow)") from exc
+
+
+def get_results(refs: list, role: str, method: str, timeout_s: float | None, knob: str = CALL_KNOB) -> list:
+    """The per-rank results of one call (:func:`remote_get` rank by rank, one deadline of ``timeout_s`` seconds
+    shared by all ranks), so a failure names ``role`` and the rank."""
+    import time
+
     deadline = None if timeout_s is None or timeout_s <= 0 else time.monotonic() + timeout_s
-    out = []
-    for rank, ref in enumerate(refs):
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            out.append(ray.get(ref, timeout=left))
-        except RayActorError as exc:
-            raise WorkerFailure(f"{role} worker rank {rank} died during {method}() "
-                                f"({type(exc).__name__}: {str(exc).splitlines()[0][:300]})") from exc
-        except GetTimeoutError as exc:
-            raise WorkerFailure(f"{role} worker rank {rank} did not finish {method}() within "
-                                f"trainer.worker_call_timeout_s={timeout_s:g} s (hung or too slow)") from exc
-    return out
+    return [remote_get(ref, f"{role} worker rank {rank}", method, timeout_s, knob,
+                       None if deadline is None else deadline - time.monotonic())
+            for rank, ref in enumerate(refs)]
 
 
 class WorkerGroup:
@@ -140,11 +152,12 @@ class WorkerGroup:
     STRICT_PACK / STRICT_SPREAD), waiting at most ``placement_timeout_s`` for it. Ray must already be initialised
     (``ray.init(...)``) by the driver. ``call_timeout_s``: seconds a ``call`` / ``call_rank0`` may take (None = no
     limit); a dead rank or a timeout raises :class:`WorkerFailure` naming ``label`` (default: the init kwarg
-    ``role``, else the class name; ``role`` itself goes to the workers' constructors).
+    ``role``, else the class name; ``role`` itself goes to the workers' constructors). ``ready_timeout_s``:
+    seconds the ranks may take to start (construct and answer a ping; ``trainer.worker_start_timeout_s``).
     """
 
     def __init__(self, worker_cls: type, world_size: int, *, resources_per_worker: dict | None = None,
-                 placement_group: Any = None, ready_timeout_s: float = 600.0, mini_batch_size: int | None = None,
+                 placement_group: Any = None, ready_timeout_s: float | None = 600.0, mini_batch_size: int | None = None,
                  call_timeout_s: float | None = None, label: str | None = None, placement_strategy: str = "PACK",
                  placement_timeout_s: float = 300.0, **init_kwargs: Any):
         import ray
@@ -170,7 +183,9 @@ class WorkerGroup:
         def strategy(i: int) -> PlacementGroupSchedulingStrategy:
             return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=i)
 
-        addr, port = ray.get(ray.remote(num_cpus=0)(_free_port).options(scheduling_strategy=strategy(0)).remote())
+        port_ref = ray.remote(num_cpus=0)(_free_port).options(scheduling_strategy=strategy(0)).remote()
+        addr, port = remote_get(port_ref, f"{self.role} worker group (bundle 0)", "free_port", ready_timeout_s,
+                                START_KNOB)
         extra = {k: v for k, v in res.items() if k not in ("CPU", "GPU")}
         remote_cls = ray.remote(worker_cls)
         self.workers = [
@@ -179,7 +194,11 @@ class WorkerGroup:
                 rank=r, world_size=world_size, master_addr=addr, master_port=port, **init_kwargs)
             for r in range(world_size)
         ]
-        ray.get([w.ping.remote() for w in self.workers], timeout=ready_timeout_s)
+        try:
+            get_results([w.ping.remote() for w in self.workers], self.role, "ping", ready_timeout_s, START_KNOB)
+        except WorkerFailure:
+            self.shutdown()  # no half-started group left holding its placement group
+            raise
 
     def location(self) -> list[dict[str, Any]]:
         """Where each rank runs: ``{"rank", "node_id", "host", "pid"}`` per rank (``ragen.utils.process.location``)."""

@@ -60,6 +60,11 @@ def test_placement_settings_are_checked_before_ray_starts():
         load_train_config("base", ["trainer.max_restarts=-1"])
     with pytest.raises(ConfigError, match="trainer.placement_timeout_s must be > 0"):
         load_train_config("base", ["trainer.placement_timeout_s=0"])
+    for key in ("worker_call_timeout_s", "worker_start_timeout_s"):
+        with pytest.raises(ConfigError, match=rf"trainer.{key} must be > 0 seconds or null \(no limit\), got -1"):
+            load_train_config("base", [f"trainer.{key}=-1"])
+        assert getattr(load_train_config("base", [f"trainer.{key}=null"]).trainer, key) is None
+    assert load_train_config("base", []).trainer.worker_start_timeout_s == 600.0
     cfg = load_train_config("base", [])
     assert (cfg.trainer.ray_address, cfg.trainer.placement_strategy, cfg.trainer.max_restarts) == (None, "PACK", 0)
 

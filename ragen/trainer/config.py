@@ -238,11 +238,15 @@ class SftSection:
     through the agent proxy and runs ``epochs`` passes of behaviour cloning over its model tokens at ``lr``
     (the actor's mini/micro batches; the RL lr schedule is untouched and the optimizer state is reset before
     RL). ``noise``: probability that a turn takes a random legal action instead of the expert's.
+    ``lr_schedule``: ``constant`` (every update at ``lr``) or ``linear`` (from ``lr`` down towards 0 over all the
+    warm start's updates). Adam's steps are about ``lr`` whatever the gradient, so at a constant rate the last few
+    mini-batches decide where a choice the demonstrations leave even (``noise=1.0``) ends up; a decay lets it settle.
     """
 
     lr: float = 1.0e-4
     epochs: int = 2
     noise: float = 0.1
+    lr_schedule: str = "constant"
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
@@ -251,6 +255,8 @@ class SftSection:
             raise ValueError(f"sft.epochs must be >= 1, got {self.epochs}")
         if not 0.0 <= self.noise <= 1.0:
             raise ValueError(f"sft.noise must be in [0, 1] (share of random legal actions), got {self.noise}")
+        if self.lr_schedule not in ("constant", "linear"):
+            raise ValueError(f"sft.lr_schedule must be constant or linear, got {self.lr_schedule!r}")
 
 
 @dataclass(frozen=True)
@@ -267,7 +273,9 @@ class TrainerSection:
     ``report``: write the run report (``ragen.report``: ``report/index.html`` and a page per step, refreshed at
     every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
     ``report_train_samples``: episodes of each training batch saved with their credit for the report
-    (``train_samples/step_N.jsonl``; 0 = none).
+    (``train_samples/step_N.jsonl``; 0 = none); ``report_val_samples``: validation episodes saved with their tokens
+    and credit (spread evenly over the batch; null = all, 0 = none: the rest are saved as text), since their
+    forward pass costs as much as a training batch's old log-probs.
     ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
     inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
     a Ray worker group, the rollout engine actor or the NCCL weight sync may take before the run stops naming the
@@ -308,6 +316,7 @@ class TrainerSection:
     verbose: bool = False
     report: bool = True
     report_train_samples: int = 4
+    report_val_samples: int | None = 8
     max_consecutive_skips: int = 3
     worker_call_timeout_s: float | None = 3600.0
     worker_start_timeout_s: float | None = 600.0

@@ -303,8 +303,8 @@ class PPOTrainer:
         with rng_preserved(), self._timed("validation", t):
             batch = self.val_proxy.rollout("val")
         records = phases.episode_records(batch)
-        if self.cfg.trainer.report:  # + token rows with log-probs, values and advantages, for the step page
-            with rng_preserved(), self._timed("val_credit", t):
+        if self.cfg.trainer.report and self.cfg.trainer.report_val_samples != 0:  # + token rows with log-probs,
+            with rng_preserved(), self._timed("val_credit", t):  # values and advantages, for the step page
                 records = report_phase.val_records(self, batch)
         phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}

@@ -3,10 +3,14 @@
 * Training: ``trainer.report_train_samples`` episodes of every step's batch (spread evenly over the batch, no RNG)
   go to ``train_samples/step_N.jsonl`` with the advantages, returns, values and old log-probs of the update
   (N = the step number the update is logged under).
-* Validation: every episode of ``val_rollouts/step_N.jsonl`` gets its token rows, with log-probs under the current
-  actor, the critic's values, and the advantages the estimator assigns over the validation batch (the same
-  estimator and scalars as training, without KL penalties; critic estimators without a critic, e.g. in
-  ``trainer.val_only``, leave advantages out and the engine's sampling log-probs stand in).
+* Validation: ``trainer.report_val_samples`` episodes of ``val_rollouts/step_N.jsonl`` (spread evenly; null = all)
+  get their token rows, with log-probs under the current actor, the critic's values, and the advantages the
+  estimator assigns over the validation batch (the same estimator and scalars as training, without KL penalties;
+  critic estimators without a critic, e.g. in ``trainer.val_only``, leave advantages out and the engine's sampling
+  log-probs stand in); the others are saved as text. Only the picked episodes' rows go through the actor (and
+  critic): the estimator still runs over the whole batch (group statistics use every reward), with zero values on
+  the other rows, which no picked row's advantage reads; except under ``algorithm.whiten`` with a critic
+  estimator, where whitening would mix those zeros in: the picked episodes are then scored among themselves.
 
 Positions follow ``AdvantageInputs``: ``advantages[:, t]`` / ``log_probs[:, t]`` belong to token t, ``values[:, t]``
 is V of the context before token t (``ragen.report.records``).
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.report.records import Credit, episode_rows, episode_token_records, sample_indices
@@ -31,8 +37,9 @@ def save_train_samples(trainer: Any, batch: RolloutBatch, credit: Credit, step: 
     return phases.write_jsonl(trainer.run_dir / "train_samples" / f"step_{step}.jsonl", records)
 
 
-def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
-    """Log-probs, values and advantages of a validation batch (module docstring); (B, T) tensors over its rows."""
+def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None) -> Credit:
+    """Log-probs, values and advantages of a validation batch (module docstring); (B, T) tensors over its rows.
+    ``rows``: the rows to run through the actor / critic (None = all); the others get zeros (not meaningful)."""
     cfg = trainer.cfg
     from ragen.trainer.builders import value_worker
 
@@ -41,7 +48,9 @@ def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
     if actor is None:
         log_probs = batch.sample_log_probs
     else:
-        tb = phases.to_train_batch(batch)
+        full = phases.to_train_batch(batch)
+        picked = list(range(full.batch_size)) if rows is None else rows
+        tb = full.select(picked) if len(picked) < full.batch_size else full
         n = tb.batch_size
         tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
         if critic is actor:  # shared value head: one forward gives both
@@ -50,9 +59,10 @@ def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
             log_probs = actor.call("compute_log_probs", tb)
             if critic is not None:
                 values, last = critic.call("compute_values", tb)
-        log_probs = log_probs[:n]
+        log_probs = _scatter_rows(log_probs[:n], picked, full.batch_size)
         if values is not None:
-            values, last = values[:n], last[:n]
+            values, last = _scatter_rows(values[:n], picked, full.batch_size), _scatter_rows(last[:n], picked,
+                                                                                            full.batch_size)
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):
         return Credit(log_probs=log_probs)
@@ -62,6 +72,34 @@ def val_credit(trainer: Any, batch: RolloutBatch) -> Credit:
     return Credit(advantages=adv, returns=ret, values=values, log_probs=log_probs)
 
 
+def _scatter_rows(x: torch.Tensor, rows: list[int], n: int) -> torch.Tensor:
+    """``x`` (len(rows), ...) placed at ``rows`` of a zero tensor with ``n`` rows."""
+    if len(rows) == n:
+        return x
+    out = x.new_zeros((n, *x.shape[1:]))
+    out[torch.tensor(rows, dtype=torch.long)] = x
+    return out
+
+
 def val_records(trainer: Any, batch: RolloutBatch) -> list[dict]:
-    """Every validation episode with its token rows and :func:`val_credit` (one record per episode)."""
-    return episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch))
+    """One record per validation episode: ``trainer.report_val_samples`` of them (spread evenly) with their token
+    rows and :func:`val_credit`, the rest as :func:`ragen.trainer.phases.episode_records` text."""
+    groups = episode_rows(batch)
+    k = trainer.cfg.trainer.report_val_samples
+    picked = list(range(len(groups))) if k is None else sample_indices(len(groups), k)
+    records = phases.episode_records(batch)
+    if len(records) != len(groups):  # episodes not aligned with rows: every episode with its rows, as before
+        return episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch))
+    if not picked:
+        return records
+    rows = [r for e in picked for r in groups[e]]
+    alg = trainer.cfg.algorithm
+    if alg.whiten and estimator_needs_values(alg.estimator) and len(rows) < batch.batch_size:
+        sub = batch.select(rows)  # whitening mixes rows: the picked episodes are scored among themselves
+        tokens = episode_token_records(sub, trainer.tokenizer, val_credit(trainer, sub))
+    else:
+        tokens = episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch, rows=rows),
+                                       episodes=picked)
+    for e, rec in zip(picked, tokens, strict=True):
+        records[e] = rec
+    return records

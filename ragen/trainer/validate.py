@@ -234,6 +234,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     if tr.report_train_samples < 0:
         out.append(f"trainer.report_train_samples={tr.report_train_samples} must be >= 0 (training episodes per "
                    "step saved for the run report; 0 = none)")
+    if tr.report_val_samples is not None and tr.report_val_samples < 0:
+        out.append(f"trainer.report_val_samples={tr.report_val_samples} must be >= 0 or null (validation episodes "
+                   "saved with their tokens and credit for the run report; null = all, 0 = none)")
     if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
         out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
     if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:

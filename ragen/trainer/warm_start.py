@@ -7,7 +7,8 @@ gives RL no reward to assign. ``trainer.sft_warmup_steps`` steps run first, each
    experts (``ExpertResponder``; ``sft.noise`` of the turns take a random legal action) through the agent
    proxy itself, so prompts, template, observations, forced prefix and token masks are those RL sees;
 2. ``sft_update``: ``sft.epochs`` passes of ``bc_loss`` over the batch's model tokens (``response_mask``) at
-   ``sft.lr``, with the actor's mini/micro batches (``PolicyWorker.sft_update``).
+   ``sft.lr`` (constant, or decaying linearly to 0 over the whole warm start: ``sft.lr_schedule``), with the
+   actor's mini/micro batches (``PolicyWorker.sft_update``).
 
 Then the actor's optimizer state is reset (RL starts with fresh Adam moments and its own, untouched lr
 schedule), the engine gets the new weights, and a validation runs. Every record is logged at step 0:
@@ -49,6 +50,14 @@ class WarmStartHost(Protocol):
     def _log(self, metrics: dict[str, float], step: int) -> None: ...
 
 
+def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
+    """``sft_update``'s rate arguments for warm-start step ``k`` of ``steps``: ``sft.lr`` throughout, or with
+    ``sft.lr_schedule=linear`` the part ``[k/steps, (k+1)/steps)`` of one linear decay from ``sft.lr`` to 0."""
+    if sft.lr_schedule == "constant":
+        return {"lr": sft.lr}
+    return {"lr": sft.lr * (1 - k / steps), "lr_end": sft.lr * (1 - (k + 1) / steps)}
+
+
 def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
     """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up :class:`WarmStartHost`);
     returns the metrics of the validation after it."""
@@ -67,7 +76,7 @@ def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
         if cfg.agent.layout == "turn":
             tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
         with timed("sft_update", t):
-            metrics = actor.call("sft_update", tb, epochs=cfg.sft.epochs, lr=cfg.sft.lr)
+            metrics = actor.call("sft_update", tb, epochs=cfg.sft.epochs, **sft_rates(cfg.sft, k, steps))
         metrics.update({f"sft/{k2}": v for k2, v in batch.metrics.items() if k2.startswith("env/")})
         metrics.update({f"timing/{name}": v for name, v in t.items()})
         metrics["sft/step"] = float(k + 1)

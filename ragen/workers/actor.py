@@ -211,15 +211,18 @@ class PolicyWorker:
         token_sums = {"sft/nll": float(torch.where(m, -lp.detach(), 0.0).sum())}
         return MicroResult(loss=loss, token_sums=token_sums, sums={"sft/loss": float(loss.detach())})
 
-    def sft_update(self, batch: TrainBatch, epochs: int = 1, lr: float | None = None) -> dict[str, float]:
+    def sft_update(self, batch: TrainBatch, epochs: int = 1, lr: float | None = None,
+                   lr_end: float | None = None) -> dict[str, float]:
         """Supervised update (behaviour cloning, ``bc_loss``) on demonstrated tokens: the ``response_mask`` (or
         ``loss_mask``) tokens of ``batch``, at temperature 1, with the actor's optimizer, schedule, mini/micro
-        batches and loss aggregation; ``lr`` fixes the learning rate (the RL schedule is neither read nor advanced).
+        batches and loss aggregation; ``lr`` fixes the learning rate (the RL schedule is neither read nor advanced),
+        ``lr_end`` decays it linearly over this call's optimizer steps (``Trainable.update``).
         Metrics: sft/loss (the aggregated loss), sft/nll (mean NLL per token), actor/grad_norm, actor/lr,
         actor/skipped_steps."""
         if self.trainable is None:
             raise RuntimeError("sft_update() called on a role='ref' PolicyWorker; the reference policy is frozen")
-        return self.trainable.update(batch, lambda b: b.policy_mask, self._sft_micro_loss, epochs=epochs, lr=lr)
+        return self.trainable.update(batch, lambda b: b.policy_mask, self._sft_micro_loss, epochs=epochs, lr=lr,
+                                     lr_end=lr_end)
 
     def reset_optimizer(self) -> None:
         """Forget the actor's optimizer moments (after a warm start: RL starts with fresh Adam statistics)."""

@@ -74,6 +74,45 @@ class TrainBatch:
             index = torch.tensor(index, dtype=torch.long)
         return self._map(lambda t: t[index])
 
+    def prompt_order(self) -> list[int]:
+        """A row order in which rows with the same prompt are adjacent: prompt groups in order of first appearance,
+        rows in their order within a group (the identity when no two rows share a prompt). A row's prompt is its
+        tokens before its first response token (all its real tokens when it has none).
+
+        Chunked in this order, a micro-batch holds whole groups of one prompt, and shared-prefix packing
+        (``ragen.workers.packing``) computes that whole prompt once: on the bandit's two prompt variants (~185
+        shared tokens, ~5 own) instead of the ~120 tokens common to both."""
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for row in range(self.batch_size):
+            groups.setdefault(self._prompt_key(row), []).append(row)
+        return [row for rows in groups.values() for row in rows]
+
+    def _prompt_key(self, row: int) -> tuple[int, ...]:
+        """Row ``row``'s tokens before its first response token (all its real tokens when it has none)."""
+        resp = self.response_mask[row].nonzero()
+        n = int(resp[0]) if len(resp) else int(self.attention_mask[row].sum())
+        return tuple(self.input_ids[row, :n].tolist())
+
+    def prompt_chunks(self, size: int) -> list[TrainBatch]:
+        """Consecutive batches of at most ``size`` rows (rows in ``prompt_order()`` first) that never put rows of a
+        prompt shared by several rows together with other rows: such a chunk packs its whole prompt once
+        (``ragen.workers.packing``), where a mixed one shares only the prefix common to all its rows (on the
+        bandit ~120 of ~185 prompt tokens: 4-5x the tokens of a one-prompt chunk). Rows whose prompt no other row
+        has are chunked together as by :meth:`chunk`. The number of chunks depends on the rows, so sharded workers
+        (FSDP, where every rank must run the same number of passes) use :meth:`chunk`."""
+        keys = [self._prompt_key(r) for r in range(self.batch_size)]
+        count: dict[tuple[int, ...], int] = {}
+        for k in keys:
+            count[k] = count.get(k, 0) + 1
+        bounds, start = [], 0
+        for r in range(1, self.batch_size + 1):
+            full = r - start == size
+            switch = r < self.batch_size and keys[r] != keys[r - 1] and (count[keys[r]] > 1 or count[keys[r - 1]] > 1)
+            if r == self.batch_size or full or switch:
+                bounds.append((start, r))
+                start = r
+        return [self.select(slice(a, b)) for a, b in bounds]
+
     def chunk(self, size: int) -> list[TrainBatch]:
         """Consecutive batches of ``size`` rows (the last one may be smaller)."""
         if size < 1:

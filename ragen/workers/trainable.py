@@ -101,10 +101,16 @@ class Trainable:
         return local
 
     def update(self, batch: TrainBatch, mask_fn: Callable[[TrainBatch], torch.Tensor],
-               micro_loss: MicroLossFn, epochs: int | None = None, lr: float | None = None) -> dict[str, float]:
+               micro_loss: MicroLossFn, epochs: int | None = None, lr: float | None = None,
+               lr_end: float | None = None) -> dict[str, float]:
         """Run the update (``epochs`` passes, default ``ppo_epochs``); ``mask_fn`` gives the loss mask of a
         batch (for the global counts). ``lr``: a fixed learning rate for this update only (the warm start),
-        which neither reads nor advances the lr schedule.
+        which neither reads nor advances the lr schedule; with ``lr_end`` the rate goes linearly from ``lr``
+        (first optimizer step) towards ``lr_end`` (the rate one step after the last: optimizer step i of n uses
+        ``lr + (lr_end - lr) * i / n``), so consecutive calls can continue one decay.
+
+        Rows are taken in ``batch.prompt_order()`` (rows sharing a prompt adjacent, so each mini/micro-batch packs a
+        whole prompt once); the loss is a sum over rows, so only which rows share an optimizer step changes.
 
         Returns metrics averaged over optimizer steps (identical on every rank): ``<prefix>/grad_norm``,
         ``<prefix>/lr``, every ``sums`` key averaged over mini-batches and every ``token_sums`` key divided by
@@ -112,20 +118,27 @@ class Trainable:
         """
         self.module.train()
         local_mb = self.local_mini_batch_size(batch.batch_size)
+        batch = _in_prompt_order(batch)[0]
         token_acc: dict[str, float] = {}
         sum_acc: dict[str, float] = {}
         fixed_lr = lr
         scheduled = [g["lr"] for g in self.optimizer.param_groups]
-        if fixed_lr is not None:
-            for g in self.optimizer.param_groups:
-                g["lr"] = fixed_lr
+        if lr_end is not None and fixed_lr is None:
+            raise ValueError("lr_end needs lr (a fixed rate to decay from)")
+        n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
+        minis = batch.chunk(local_mb)
+        n_total = n_epochs * len(minis)
         total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, fixed_lr or self.scheduler.get_last_lr()[0]
-        for _ in range(self.cfg.ppo_epochs if epochs is None else epochs):
-            for mini in batch.chunk(local_mb):
+        for _ in range(n_epochs):
+            for mini in minis:
+                if fixed_lr is not None:
+                    lr = fixed_lr if lr_end is None else fixed_lr + (lr_end - fixed_lr) * n_mini / n_total
+                    for g in self.optimizer.param_groups:
+                        g["lr"] = lr
                 mask = mask_fn(mini)
                 n_tok, n_seq = D.all_reduce_sum([float(mask.sum()), float(mask.bool().any(-1).sum())], self.device)
                 total_tokens += n_tok
-                for micro in mini.chunk(self.cfg.micro_batch_size):
+                for micro in _micro_chunks(mini, self.cfg.micro_batch_size):
                     res = micro_loss(micro.trim().to(self.device), max(n_tok, 1.0), max(n_seq, 1.0))
                     # FSDP2 averages gradients over ranks; the loss is already normalised globally -> sum.
                     (res.loss * self.world_size).backward()
@@ -133,7 +146,8 @@ class Trainable:
                         token_acc[k] = token_acc.get(k, 0.0) + v
                     for k, v in res.sums.items():
                         sum_acc[k] = sum_acc.get(k, 0.0) + v
-                lr = fixed_lr or self.scheduler.get_last_lr()[0]
+                if fixed_lr is None:
+                    lr = self.scheduler.get_last_lr()[0]
                 grad_norms.append(self._step(schedule=fixed_lr is None))
                 n_mini += 1
         for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
@@ -184,14 +198,32 @@ class Trainable:
         self.steps = int(state["steps"])
 
 
+def _in_prompt_order(batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor | None]:
+    """(``batch`` with rows in ``prompt_order()``, the inverse permutation), or (``batch``, None) when the order is
+    already the identity."""
+    order = batch.prompt_order()
+    if order == list(range(batch.batch_size)):
+        return batch, None
+    perm = torch.tensor(order, dtype=torch.long)
+    return batch.select(perm), torch.argsort(perm)
+
+
+def _micro_chunks(batch: TrainBatch, size: int) -> list[TrainBatch]:
+    """Micro-batches of ``batch``: one prompt per chunk where rows share prompts (``TrainBatch.prompt_chunks``), or
+    plain ``chunk`` under FSDP, whose ranks must all run the same number of passes."""
+    return batch.chunk(size) if D.is_sharded() else batch.prompt_chunks(size)
+
+
 def forward_in_chunks(batch: TrainBatch, size: int, device: torch.device, fn: Callable) -> Any:
     """Apply ``fn`` to chunks of ``size`` rows with trailing padding trimmed, under no_grad, and reassemble CPU
     float32 tensors: ``fn`` returns a (b, t) tensor, or a tuple of (b, t) and (b,) tensors; (b, t) outputs come
-    back as (B, T) with zeros in the trimmed columns, (b,) outputs as (B,)."""
+    back as (B, T) with zeros in the trimmed columns, (b,) outputs as (B,). Outputs are in ``batch``'s row order;
+    the chunks are cut in ``batch.prompt_order()``, one shared prompt per chunk (``_micro_chunks``)."""
+    batch, inverse = _in_prompt_order(batch)
     parts: list[tuple[torch.Tensor, ...]] = []
     single = True
     with torch.no_grad():
-        for part in batch.chunk(size):
+        for part in _micro_chunks(batch, size):
             small = part.trim()
             res = fn(small.to(device))
             single = isinstance(res, torch.Tensor)
@@ -201,4 +233,6 @@ def forward_in_chunks(batch: TrainBatch, size: int, device: torch.device, fn: Ca
     if not parts:
         return torch.zeros(0, batch.seq_len)
     merged = tuple(torch.cat(xs) for xs in zip(*parts, strict=True))
+    if inverse is not None:
+        merged = tuple(x[inverse] for x in merged)
     return merged[0] if single else merged

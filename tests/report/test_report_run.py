@@ -15,7 +15,8 @@ from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
 
-FAST = ["trainer.use_ray=false", "trainer.sft_warmup_steps=0", "env.max_turn=2", "trainer.val_freq=1"]
+FAST = ["trainer.use_ray=false", "trainer.sft_warmup_steps=0", "env.max_turn=2", "trainer.val_freq=1",
+        "trainer.val_before_train=true"]
 
 
 def _records(path):
@@ -27,6 +28,9 @@ def _check_page(page: str, val: list[dict], train: list[dict]) -> None:
     assert [block_id(b) for b in blocks] == [f"val-{i}" for i in range(len(val))] + \
         [f"train-{i}" for i in range(len(train))]
     for block, rec in zip(blocks, val + train, strict=True):
+        if "rows" not in rec:  # a validation episode beyond trainer.report_val_samples: text only
+            assert not token_spans(block) and '<span class="plain">' in block
+            continue
         assert len(token_spans(block)) == model_token_count(rec) > 0
         assert f'data-success="{int(rec["success"])}"' in block
 
@@ -98,3 +102,42 @@ def test_turn_layout_and_val_only(tmp_path):
     page = (tmp_path / "eval" / "report" / "step_0.html").read_text()
     _check_page(page, val, [])
     assert {color for block in episode_blocks(page) for color, _ in token_spans(block)} == {NEUTRAL}
+
+
+def test_report_val_samples_runs_only_the_picked_episodes_with_the_same_credit(tmp_path, monkeypatch):
+    """``trainer.report_val_samples=2`` of 5 validation episodes: episodes 0 and 2 (spread evenly) are saved with
+    token rows whose log-probs, values and advantages equal those of a run that puts every episode through the
+    workers (the estimator still sees the whole batch); the others are text only; the workers saw 2 rows. With
+    ``algorithm.whiten`` the two are whitened among themselves: same log-probs and values, advantages of mean 0."""
+    from ragen.workers.actor import PolicyWorker
+
+    rows_seen = []
+    real = PolicyWorker.compute_log_probs
+
+    def spy(self, batch, *a, **kw):
+        rows_seen.append(int(batch.response_mask.any(-1).sum()))  # rows with model tokens (not padding rows)
+        return real(self, batch, *a, **kw)
+
+    monkeypatch.setattr(PolicyWorker, "compute_log_probs", spy)
+    runs = {}
+    for name, extra in (("all", ["trainer.report_val_samples=null", "algorithm.whiten=false"]),
+                        ("two", ["trainer.report_val_samples=2", "algorithm.whiten=false"]),
+                        ("whiten", ["trainer.report_val_samples=2", "algorithm.whiten=true"])):
+        rows_seen.clear()
+        run(load_train_config("ppo_multi_turn", [*tiny_overrides(tmp_path / name, 1), *FAST, *extra,
+                                                 "rollout.val_n_groups=5", "trainer.val_before_train=true"]))
+        runs[name] = (_records(tmp_path / name / "val_rollouts" / "step_0.jsonl"), list(rows_seen))
+    (full, full_rows), (part, part_rows), (white, white_rows) = runs["all"], runs["two"], runs["whiten"]
+    assert full_rows[0] == 5 and part_rows[0] == 2 and white_rows[0] == 2  # the step-0 validation's credit pass
+    assert len(full) == len(part) == 5 and all("rows" in r for r in full)
+    assert [i for i, r in enumerate(part) if "rows" in r] == [0, 2]
+    for i in (0, 2):
+        assert part[i]["rows"] == full[i]["rows"]
+        for key in ("token_ids", "log_probs", "values", "response_mask"):
+            assert white[i]["rows"][0][key] == full[i]["rows"][0][key]
+    for i in (1, 3, 4):
+        assert part[i]["turns"] == full[i]["turns"] and part[i]["seed"] == full[i]["seed"]
+    adv = [a for i in (0, 2) for a, m in zip(white[i]["rows"][0]["advantages"], white[i]["rows"][0]["response_mask"],
+                                             strict=True) if m]
+    assert abs(sum(adv) / len(adv)) < 1e-4 and max(abs(a) for a in adv) > 0.1
+    _check_page((tmp_path / "two" / "report" / "step_0.html").read_text(), part, [])

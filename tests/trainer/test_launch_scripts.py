@@ -30,7 +30,9 @@ def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name,
     warm = [r for r in records if "sft/step" in r]  # every launch script warm-starts by default (2 format-only steps)
     assert len(warm) == 2
     records = [r for r in records if r not in warm and not r.get("val/after_warm_start")]
-    assert [r["step"] for r in records] == [0, 1, 2]
+    untrained = [0] if config["trainer"]["val_before_train"] else []  # the multi-turn scripts skip it (see config)
+    assert [r["step"] for r in records] == [*untrained, 1, 2]
+    assert any(r.get("val/after_warm_start") for r in read_metrics(run_dir))
     assert_all_finite(records)
     for key in (f"env/{env_name}/success", "actor/pg_loss", "critic/vf_loss", "timing/rollout",
                 "timing/actor_update", "perf/tokens_per_s", f"val/env/{env_name}/success"):

@@ -59,3 +59,36 @@ def test_sft_on_the_ref_role_raises(model_dir):
                            cfg=ActorConfig(mini_batch_size=B, micro_batch_size=2, mixed_precision="fp32"))
     with pytest.raises(RuntimeError, match="frozen"):
         ref.call("sft_update", demo_batch())
+
+
+def test_sft_lr_end_decays_linearly_over_the_calls_optimizer_steps(model_dir):
+    """lr_end: optimizer step i of n runs at lr + (lr_end - lr) * i / n; two calls continuing one decay (the warm
+    start's ``sft_rates``) give one linear decay; the RL rate is restored afterwards."""
+    from ragen.trainer.config import SftSection
+    from ragen.trainer.warm_start import sft_rates
+
+    cfg = ActorConfig(lr=1e-6, mini_batch_size=2, micro_batch_size=2, mixed_precision="fp32")
+    actor = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=cfg)
+    trainable = actor.worker.trainable
+    seen: list[float] = []
+    step = trainable.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        seen.append(trainable.optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    trainable.optimizer.step = recording_step
+    m = actor.call("sft_update", demo_batch(), epochs=2, lr=1e-3, lr_end=5e-4)  # 2 mini-batches x 2 epochs
+    assert seen == pytest.approx([1e-3, 8.75e-4, 7.5e-4, 6.25e-4])
+    assert m["actor/lr"] == pytest.approx(6.25e-4)
+    assert [g["lr"] for g in trainable.optimizer.param_groups] == [1e-6]
+    seen.clear()
+    sft = SftSection(lr=8e-3, lr_schedule="linear")
+    for k in range(2):
+        actor.call("sft_update", demo_batch(), epochs=2, **sft_rates(sft, k, 2))
+    assert seen == pytest.approx([8e-3 * (1 - i / 8) for i in range(8)])
+    assert sft_rates(SftSection(lr=8e-3), 1, 2) == {"lr": 8e-3}  # constant: every update at sft.lr
+    with pytest.raises(ValueError, match="lr_end needs lr"):
+        actor.call("sft_update", demo_batch(), lr_end=1e-4)
+    with pytest.raises(ValueError, match="sft.lr_schedule"):
+        SftSection(lr_schedule="cosine")

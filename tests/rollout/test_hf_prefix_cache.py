@@ -1,0 +1,83 @@
+"""HFEngine's prefix cache (``ragen.rollout.hf_prefix``): a next-turn prompt that extends a sequence of the last call
+prefills only its new tokens, and what it samples is what a full prefill gives."""
+
+import pytest
+import torch
+
+from ragen.models import tiny_model
+from ragen.rollout import SamplingParams
+from ragen.rollout.hf import HFEngine, sampling_log_probs
+
+TURN1 = [[1, 2000, 300, 45, 9], [7, 8], [1, 11, 12, 13, 14, 15, 16, 17, 18]]
+OBS = [[50, 51, 52], [60], [70, 71, 72, 73, 74, 75, 76]]  # the next observation of each episode
+
+
+def engines(tokenizer, **kw):
+    model = tiny_model(tokenizer=tokenizer, seed=0)
+    return HFEngine(model, tokenizer, prefix_cache=True, **kw), HFEngine(model, tokenizer, **kw)
+
+
+def teacher_forced(model, prompt, ids, temperature):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+    return sampling_log_probs(logits, temperature).gather(-1, torch.tensor(ids)[:, None]).squeeze(-1)
+
+
+def next_prompts(samples):
+    return [p + s.token_ids + o for p, s, o in zip(TURN1, samples, OBS, strict=True)]
+
+
+@pytest.mark.parametrize("batch_size", [4, 2])
+def test_second_turn_reuses_the_cache_and_matches_a_full_prefill(default_tokenizer, batch_size):
+    cached, plain = engines(default_tokenizer, batch_size=batch_size)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=5)
+    first = cached.generate(TURN1, greedy)
+    assert [s.token_ids for s in first] == [s.token_ids for s in plain.generate(TURN1, greedy)]
+    stored = {tuple(ids) for ids, _ in cached.prefix_store.fresh}  # prompt + all sampled tokens but the last
+    assert stored == {tuple(p + s.token_ids[:-1]) for p, s in zip(TURN1, first, strict=True)}
+    turn2 = next_prompts(first)
+    again = cached.generate(turn2, greedy)
+    assert cached.prefix_store.hits == 3
+    assert cached.prefix_store.reused_tokens == sum(len(p) + len(s.token_ids) - 1 for p, s in zip(TURN1, first,
+                                                                                                   strict=True))
+    full = plain.generate(turn2, greedy)
+    assert [s.token_ids for s in again] == [s.token_ids for s in full]
+    for a, b in zip(again, full, strict=True):
+        torch.testing.assert_close(torch.tensor(a.log_probs), torch.tensor(b.log_probs), atol=1e-4, rtol=0)
+
+
+def test_sampled_log_probs_on_a_cached_prefix_are_exact_and_misses_mix_in(default_tokenizer):
+    cached, _ = engines(default_tokenizer)
+    first = cached.generate(TURN1, SamplingParams(temperature=1.0, max_new_tokens=4, seed=1))
+    fresh = [400, 401, 402]  # no stored prefix: prefilled from scratch in the same batch
+    prompts = [*next_prompts(first), fresh]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=2)
+    out = cached.generate(prompts, sampling)
+    assert cached.prefix_store.hits == 3
+    for prompt, sample in zip(prompts, out, strict=True):
+        ref = teacher_forced(cached.model, prompt, sample.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(sample.log_probs), ref, atol=1e-4, rtol=0)
+
+
+def test_new_weights_and_unrelated_prompts_do_not_reuse(default_tokenizer):
+    cached, _ = engines(default_tokenizer)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=3)
+    first = cached.generate(TURN1, greedy)
+    cached.update_weights({"lm_head.weight": cached.model.lm_head.weight.detach() * 1.5})
+    cached.generate(next_prompts(first), greedy)
+    assert cached.prefix_store.hits == 0  # the keys and values of the old weights are gone
+    cached.generate([[5, 6, 7]], greedy)  # only the last call's sequences are kept, and these do not extend them
+    assert cached.prefix_store.hits == 0 and len(cached.prefix_store.entries) == 3
+
+
+def test_trainer_turns_the_cache_on_for_multi_turn_envs_only(tmp_path, default_tokenizer):
+    from ragen.trainer.builders import build_engine
+    from ragen.trainer.compose import load_train_config
+
+    model_dir = tmp_path / "tiny"
+    tiny_model(tokenizer=default_tokenizer, seed=0).save_pretrained(model_dir)
+    default_tokenizer.save_pretrained(model_dir)
+    for config, on in (("ppo_bandit", False), ("ppo_multi_turn", True)):
+        cfg = load_train_config(config, [f"trainer.output_dir={tmp_path}", "rollout.dtype=float32"])
+        engine = build_engine(cfg, str(model_dir), default_tokenizer)
+        assert (engine.prefix_store is not None) is on

@@ -3,6 +3,7 @@
     python bench/train_step.py                       # default model, batch 8 x 512, 2 threads
     python bench/train_step.py --micro 8 --repeats 3
     python bench/train_step.py --batch 8 --seq-len 190 --shared-prefix 120 --micro 8   # a bandit-like batch
+    python bench/train_step.py --batch 16 --seq-len 380 --shared-prefix 120 --prompts 2 --micro 4   # prompt grouping
 
 Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (old log-probs, no grad) and
 ``update`` (1 mini-batch of all sequences, micro-batches of ``--micro`` with gradient accumulation, chunked
@@ -15,12 +16,16 @@ alternation and prints ``full / lora``. With ``--shared-prefix N``
 the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
 then runs the shared-prefix packing (``ragen.workers.packing``), the bare loop the plain batch. The two loops alternate
 and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
-only ever adds time.
+only ever adds time. ``--prompts K`` gives the rows K different prompts (the first half of a row; the first
+``--shared-prefix`` tokens common to all), interleaved as a batch of K episode groups arrives, and also times ours
+with the rows kept in batch order (micro-batches then mix prompts and share only the common prefix), printing
+``ungrouped / grouped``: the gain of ``TrainBatch.prompt_order`` and ``prompt_chunks``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import resource
 import time
@@ -28,13 +33,15 @@ import time
 import torch
 
 
-def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0, shared_prefix: int = 0):
-    """Random ids (the first ``shared_prefix`` equal in every row), full attention, response mask on the second
-    half, random advantages."""
+def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0, shared_prefix: int = 0, prompts: int = 0):
+    """Random ids (the first ``shared_prefix`` equal in every row; with ``prompts`` K > 0 row i's first half, its
+    prompt, equal to row i % K's), full attention, response mask on the second half, random advantages."""
     from ragen.workers import TrainBatch
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, vocab, (batch, seq_len), generator=g)
+    if prompts > 0:
+        ids[:, :seq_len // 2] = ids[torch.arange(batch) % prompts, :seq_len // 2]
     ids[:, :shared_prefix] = ids[0, :shared_prefix]
     attn = torch.ones(batch, seq_len, dtype=torch.long)
     resp = torch.zeros(batch, seq_len, dtype=torch.long)
@@ -62,6 +69,20 @@ def bare_step(model, opt, batch, micro: int, clip: float, precision: str) -> flo
     return float(norm)
 
 
+@contextlib.contextmanager
+def rows_in_batch_order():
+    """Ours without prompt grouping: rows keep the batch's order and micro-batches are plain chunks."""
+    from ragen.workers import trainable
+
+    saved = trainable._in_prompt_order, trainable._micro_chunks
+    trainable._in_prompt_order = lambda b: (b, None)
+    trainable._micro_chunks = lambda b, size: b.chunk(size)
+    try:
+        yield
+    finally:
+        trainable._in_prompt_order, trainable._micro_chunks = saved
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -77,6 +98,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="timed steps per loop after one warm-up step")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--shared-prefix", type=int, default=0, help="tokens every row shares from position 0")
+    p.add_argument("--prompts", type=int, default=0, help="rows from this many different prompts, interleaved "
+                   "(0 = every row its own prompt); also times ours without prompt grouping")
     p.add_argument("--lora", type=int, default=0, help="also time a LoRA actor of this rank (0 = no)")
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
                    help="mixed precision of both loops (auto: bf16 only where the CPU has native bf16)")
@@ -93,7 +116,7 @@ def main() -> None:
                       clip_high=0.2)
     ours, t_init = timed(lambda: LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=cfg))
     vocab = ours.worker.config.vocab_size
-    batch = make_batch(args.batch, args.seq_len, vocab, shared_prefix=args.shared_prefix)
+    batch = make_batch(args.batch, args.seq_len, vocab, shared_prefix=args.shared_prefix, prompts=args.prompts)
     tokens = args.batch * args.seq_len
     ours.call("compute_log_probs", batch.select(slice(0, 1)))  # warm-up (kernel selection)
     old, t_lp = timed(lambda: ours.call("compute_log_probs", batch))
@@ -107,11 +130,14 @@ def main() -> None:
     if args.lora:
         lora_cfg = dataclasses.replace(cfg, lora_rank=args.lora, lora_alpha=2.0 * args.lora)
         lora = LocalWorkerGroup(PolicyWorker, model_name_or_path=name, cfg=lora_cfg)
-    ours_times, bare_times, lora_times = [], [], []
+    ours_times, bare_times, lora_times, mixed_times = [], [], [], []
     for i in range(args.repeats + 1):  # alternate so background load hits all loops alike; step 0 = warm-up
         metrics, t_ours = timed(lambda: ours.call("update", batch))
         _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2, precision))
         t_lora = timed(lambda: lora.call("update", batch))[1] if lora is not None else float("nan")
+        if args.prompts:
+            with rows_in_batch_order():
+                mixed_times.append(timed(lambda: ours.call("update", batch))[1])
         print(f"step {i}{' (warm-up)' if i == 0 else ''}: ours update {t_ours:.2f} s, bare {t_bare:.2f} s, "
               f"{f'lora {t_lora:.2f} s, ' if lora is not None else ''}"
               f"pg_loss {metrics['actor/pg_loss']:.4f}, grad_norm {metrics['actor/grad_norm']:.3f}", flush=True)
@@ -130,6 +156,11 @@ def main() -> None:
     print(f"  one PPO actor step      {t_lp + t_ours:7.2f} s   {tokens / (t_lp + t_ours):8.0f} tokens/s")
     print(f"  bare torch update       {t_bare:7.2f} s   {tokens / t_bare:8.0f} tokens/s  (best of {len(bare_times)})")
     print(f"  ratio bare / ours       {t_bare / t_ours:7.2f}   (goal >= 0.8)")
+    if args.prompts:
+        t_mixed = min(mixed_times[1:])
+        print(f"  ours, rows in batch order {t_mixed:5.2f} s   {tokens / t_mixed:8.0f} tokens/s  "
+              f"({args.prompts} prompts interleaved, no grouping)")
+        print(f"  ratio ungrouped / grouped {t_mixed / t_ours:5.2f}   (> 1: grouping rows by prompt pays)")
     if lora is not None:
         t_lora = min(lora_times)
         t_lora_lp = timed(lambda: lora.call("compute_log_probs", batch))[1]

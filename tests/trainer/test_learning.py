@@ -11,6 +11,8 @@ tests/workers/test_update_direction.py (an update moves log-probs with the advan
   across turns on ``delayed_choice`` (the door chosen at turn 1 decides a reward paid after turn 2) for
   bilevel_gae, turn_gae, gigpo and ms_grpo, each with a negative control that cannot carry the final reward back
   to turn 1 and must stay under the same threshold on the same seeds.
+- ``train_ppo_multi_turn.sh`` and ``train_ppo_bilevel.sh`` as they run with no arguments: greedy validation success
+  after RL at least 0.1 above the one after the warm start.
 Each run appends its figures to ``$RAGEN_LEARNING_RESULTS`` (if set) for the table that script prints.
 """
 
@@ -112,3 +114,19 @@ def test_credit_assignment_across_turns(tmp_path, label, overrides, learns):
     before, after, _ = learning_run(tmp_path, "credit_learning_check", overrides, f"delayed_choice / {label}")
     assert before < CREDIT_THRESHOLD, (before, after)
     assert (after >= CREDIT_THRESHOLD) is learns, (label, before, after)
+
+
+# The multi-turn launch scripts' default runs (FrozenLake 3x3, format-only warm start, 6 RL steps; no untrained
+# validation, so the first validation is the one after the warm start): greedy validation success on 64 fixed maps
+# must end at least RL_GAIN above it. The warm-started greedy policy wins on none of them; the best fixed
+# Down/Right plan wins on 62.5% (config/ppo_multi_turn.yaml).
+RL_GAIN = 0.1
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(2700)
+@pytest.mark.parametrize("config", ["ppo_multi_turn", "ppo_bilevel"])
+def test_multi_turn_launch_default_gains_over_its_warm_start(tmp_path, config):
+    warm, after, records = learning_run(tmp_path, config, [], f"frozen_lake 3x3 / {config} default")
+    assert any(r.get("val/after_warm_start") for r in records if r["step"] == 0)
+    assert after >= warm + RL_GAIN, (config, warm, after)

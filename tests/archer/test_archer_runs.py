@@ -1,4 +1,4 @@
-"""2-iteration end-to-end runs of ArCHer, online CHAI and online filtered BC with the tiny policy and tiny encoder;
+"""2-3-iteration end-to-end runs of ArCHer, online CHAI and online filtered BC with the tiny policy and tiny encoder;
 resume equals an uninterrupted run; config errors name the key."""
 
 import subprocess
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
+from trainer_helpers import GROWTH_GB, assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
 
 from ragen.archer.critic import ArcherCriticWorker
 from ragen.archer.main import run
@@ -44,18 +44,25 @@ def _fresh_critic(cfg) -> dict:
     return ArcherCriticWorker(critic_settings(cfg)).online.state_dict()
 
 
-def test_launcher_runs_archer_two_iterations_in_ray_workers(tmp_path, subprocess_env):
-    """``scripts/train_archer.sh`` end to end (policy and critic as Ray actors): exit 0, both models changed."""
-    cmd = ["bash", str(ROOT / "scripts" / "train_archer.sh"), *_overrides(tmp_path, ray=True)]
+def test_launcher_runs_archer_three_iterations_in_ray_workers_without_memory_growth(tmp_path, subprocess_env):
+    """``scripts/train_archer.sh`` end to end (policy and critic as Ray actors): exit 0, both models changed, and
+    no process's RSS grows from iteration 2 to 3 (both update the actor, after ``warmup_iter=1``), as the PPO
+    memory test (``tests/trainer/test_memory.py``) checks for its workers."""
+    cmd = ["bash", str(ROOT / "scripts" / "train_archer.sh"), *_overrides(tmp_path, steps=3, ray=True)]
     proc = subprocess.run(cmd, cwd=tmp_path, env=subprocess_env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     cfg = load_train_config("archer_twenty_questions", _overrides(tmp_path, ray=True))
     records = read_metrics(tmp_path)
     assert_all_finite(records)
     last = records[-1]
-    assert last["step"] == 2 and "actor/pg_loss" in last and "critic/q_loss" in last and "memory/critic_rss_gb" in last
-    assert last["buffer/size"] == 8  # 2 iterations x 2 episodes x 2 turns
-    ckpt = tmp_path / "checkpoints" / "global_step_2"
+    assert last["step"] == 3 and "actor/pg_loss" in last and "critic/q_loss" in last
+    assert last["buffer/size"] == 12  # 3 iterations x 2 episodes x 2 turns
+    steps = [r for r in records if "memory/driver_rss_gb" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for proc_name in ("driver", "actor", "critic"):
+        rss = [r[f"memory/{proc_name}_rss_gb"] for r in steps]
+        assert rss[2] - rss[1] < GROWTH_GB, (proc_name, rss)
+    ckpt = tmp_path / "checkpoints" / "global_step_3"
     assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
     assert _changed(_fresh_critic(cfg), _critic_state(ckpt))
     assert (tmp_path / "learning_curve.png").is_file() and (ckpt / "buffer.json").is_file()

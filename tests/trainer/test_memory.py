@@ -3,14 +3,13 @@ leak would: e.g. state dicts or rollouts kept alive across steps). Tiny model, R
 
 import os
 
-from trainer_helpers import read_metrics, tiny_overrides
+from trainer_helpers import GROWTH_GB, read_metrics, tiny_overrides
 
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
 from ragen.utils.memory import memory_stats, peak_rss_gb, release_free_memory, rss_gb
 
 CAP_GB = 4.0  # per process, tiny model (the default model's budget is in bench/train_step.py and the README)
-GROWTH_GB = 0.15  # allowed RSS growth between the last two steps (allocator noise), per process
 
 
 def test_memory_helpers_read_this_process():

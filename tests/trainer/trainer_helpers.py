@@ -4,6 +4,8 @@ import json
 import math
 from pathlib import Path
 
+GROWTH_GB = 0.15  # allowed RSS growth of a process between the last two steps of a run (allocator noise)
+
 
 def tiny_overrides(out_dir: Path, steps: int = 2, warm_start: bool = False) -> list[str]:
     """Hydra overrides for a seconds-long run of the tiny random model.

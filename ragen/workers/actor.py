@@ -76,7 +76,8 @@ class PolicyWorker:
         self.config = lm.config
         self.value_spec = value_head if role == "actor" else None
         head = zero_value_head(lm.config.hidden_size) if self.value_spec else None
-        self.module = D.shard_model(LogProbModel(lm, head), lm.model.layers, device=self.device,
+        detach = bool(self.value_spec and self.value_spec.grad == "head")
+        self.module = D.shard_model(LogProbModel(lm, head, detach_values=detach), lm.model.layers, device=self.device,
                                     mixed_precision=cfg.mixed_precision)
         self.module.eval()
         self.trainable: Trainable | None = None

@@ -150,12 +150,19 @@ class SharedValueHead:
     this): ``PolicyWorker`` adds ``Linear(hidden, 1)`` (zero-initialised) on the hidden states its log-probs use and
     trains it jointly, loss = policy loss + ``coef`` * clipped value loss (``clip``) over model tokens, the head at
     learning rate ``lr`` and the backbone at the actor's.
-    Saves one model's forward and backward per step and its memory; the value gradients then shape the policy's
-    features too."""
+    Saves one model's forward and backward per step and its memory. ``grad``: where the value loss's gradient
+    goes: ``backbone`` (the head and, through the hidden states, the policy's features) or ``head`` (the head only,
+    on detached hidden states: the value fit cannot move the policy; the head is then a linear probe of features
+    the policy loss alone shapes)."""
 
     coef: float = 0.5
     clip: float | None = 0.5
     lr: float = 1e-5
+    grad: str = "backbone"
+
+    def __post_init__(self) -> None:
+        if self.grad not in ("backbone", "head"):
+            raise ValueError(f"critic.shared_value_grad={self.grad!r} is unknown; use backbone or head")
 
 
 @dataclass(frozen=True)

@@ -139,10 +139,11 @@ class LogProbModel(nn.Module):
     workers shard each decoder layer, then this wrapper. ``lm`` is the wrapped ``*ForCausalLM``.
     """
 
-    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None):
+    def __init__(self, lm: nn.Module, value_head: nn.Module | None = None, detach_values: bool = False):
         super().__init__()
         self.lm = lm
         self.value_head = value_head
+        self.detach_values = detach_values  # the value head reads detached hidden states (no value grad to the lm)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor | None = None,
                 temperature: float = 1.0, chunk_size: int = 1024, with_entropy: bool = False,
@@ -160,5 +161,6 @@ class LogProbModel(nn.Module):
         lp, ent = log_probs_from_hidden(head, hidden, input_ids, _predicted(attention_mask, target_mask),
                                         temperature=temperature, chunk_size=chunk_size, with_entropy=with_entropy,
                                         checkpoint=checkpoint)
-        values, last_values = values_from_hidden(self.value_head, hidden, attention_mask)
+        values, last_values = values_from_hidden(self.value_head, hidden.detach() if self.detach_values else hidden,
+                                                 attention_mask)
         return lp, ent, values, last_values

@@ -85,3 +85,30 @@ def test_one_pass_log_probs_and_values_equal_the_two_passes(model_dir):
                              cfg=ActorConfig(lr=0.0, mini_batch_size=8, micro_batch_size=4, mixed_precision="fp32"))
     with pytest.raises(RuntimeError, match="share_backbone"):
         plain.call("compute_log_probs_and_values", batch)
+
+
+@pytest.mark.parametrize("grad", ["backbone", "head"])
+def test_value_grad_reaches_the_backbone_only_when_asked(model_dir, grad):
+    """critic.shared_value_grad: with zero advantages the policy loss has no gradient, so an update at a backbone lr
+    > 0 moves the policy's log-probs only through the value loss: it must with ``backbone`` and must not with
+    ``head`` (detached hidden states), while the head fits the returns in both."""
+    cfg = ActorConfig(lr=1e-3, weight_decay=0.0, mini_batch_size=8, micro_batch_size=4, mixed_precision="fp32")
+    g = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=cfg,
+                         value_head=SharedValueHead(coef=1.0, clip=None, lr=5e-2, grad=grad))
+    ids, attn, resp = random_batch(B=8, T=16, seed=6)
+    returns = torch.where(resp.bool(), 1.0, 0.0)
+    batch = TrainBatch(ids, attn, resp, advantages=torch.zeros(8, 16), returns=returns)
+    old = g.call("compute_log_probs", batch)
+    values, _ = g.call("compute_values", batch)
+    first = g.call("update", batch.with_fields(old_log_probs=old, values=values))["critic/vf_loss"]
+    after = g.call("update", batch.with_fields(old_log_probs=old, values=g.call("compute_values", batch)[0]))
+    assert after["critic/vf_loss"] < first
+    moved = float((g.call("compute_log_probs", batch) - old)[resp.bool()].abs().max())
+    assert (moved > 1e-4) is (grad == "backbone"), moved
+    if grad == "head":
+        assert moved == 0.0
+
+
+def test_unknown_value_grad_is_named():
+    with pytest.raises(ValueError, match="shared_value_grad='both'"):
+        SharedValueHead(grad="both")

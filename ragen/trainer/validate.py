@@ -22,6 +22,7 @@ from ragen.trainer.derived import (
     world_size,
 )
 from ragen.utils.hardware import ENGINE_DTYPES
+from ragen.workers.config import VALUE_GRADS
 
 ENGINES = ("hf", "vllm")
 RETURN_MODES = ("adv_plus_value", "reward_to_go")
@@ -228,7 +229,7 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     elif tr.critic_warmup and cfg.critic.share_backbone:
         out.append(f"trainer.critic_warmup={tr.critic_warmup} with critic.share_backbone=true: the shared value head "
                    "trains only with the actor's update; set trainer.critic_warmup=0 or critic.share_backbone=false")
-    if cfg.critic.shared_value_grad not in ("backbone", "head"):
+    if cfg.critic.shared_value_grad not in VALUE_GRADS:
         out.append(f"critic.shared_value_grad={cfg.critic.shared_value_grad!r} is unknown; use backbone (the value "
                    "loss trains the head and the shared backbone) or head (the head only)")
     for name in tr.loggers:

@@ -144,6 +144,9 @@ class ActorConfig:
             raise ValueError(f"actor.log_prob_chunk_size={self.log_prob_chunk_size} must be >= 1")
 
 
+VALUE_GRADS = ("backbone", "head")  # SharedValueHead.grad / critic.shared_value_grad
+
+
 @dataclass(frozen=True)
 class SharedValueHead:
     """The critic as a value head on the policy's own backbone (``critic.share_backbone``; several RLHF stacks do
@@ -161,7 +164,7 @@ class SharedValueHead:
     grad: str = "backbone"
 
     def __post_init__(self) -> None:
-        if self.grad not in ("backbone", "head"):
+        if self.grad not in VALUE_GRADS:
             raise ValueError(f"critic.shared_value_grad={self.grad!r} is unknown; use backbone or head")
 
 

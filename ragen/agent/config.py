@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LAYOUTS = ("trajectory", "turn")
+REMINDERS = ("every_turn", "first_turn")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,10 @@ class AgentConfig:
     so nothing the model writes after its action is sampled, trained on or paid for.
     ``env_step_timeout``: seconds an env call (reset, step, legal actions) may take before the episode is failed
     (counted in ``rollout/env_errors``, masked); None or 0 = no limit.
+    ``reminder``: ``"every_turn"`` = every user message ends with the turn budget and the answer format;
+    ``"first_turn"`` = only the first (and one after an unparsed answer) does, others say only how many actions are
+    left: the history already holds the first message (on 3x3 FrozenLake the reminder is 49 of a later turn's 88
+    prompt tokens).
     """
 
     max_turn: int = 5
@@ -45,6 +50,7 @@ class AgentConfig:
     response_prefix: str = ""
     stop_at_answer: bool = True
     env_step_timeout: float | None = 60.0
+    reminder: str = "every_turn"
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -70,6 +76,8 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.reminder not in REMINDERS:
+            raise ValueError(f"AgentConfig.reminder must be one of {REMINDERS}, got {self.reminder!r}")
         if self.env_step_timeout is not None and not self.env_step_timeout >= 0:
             raise ValueError(f"AgentConfig.env_step_timeout must be None or >= 0 seconds, got {self.env_step_timeout}")
         if not self.think_tag or not self.answer_tag:

@@ -247,18 +247,21 @@ def user_text(cfg: Any, observation: str, legal: str, turn: int, max_turn: int, 
     """The user message of ``turn``: observation, legal actions, actions left and the format reminder.
 
     ``cfg``: an ``AgentConfig`` or the trainer's agent section (``action_sep``, ``think``, ``think_tag``,
-    ``answer_tag`` are read). A function of the config and the env's texts, so config validation sizes prompts
-    with the same text the proxy sends.
+    ``answer_tag``, ``reminder`` are read). With ``reminder="first_turn"`` only turn 0 and a turn after an unparsed
+    answer (``note``) state the turn budget and the answer format; other turns end with "N action(s) left."
+    A function of the config and the env's texts, so config validation sizes prompts with the same text the proxy
+    sends.
     """
     turns_left = max_turn - turn
     m = max_actions
+    head = f"{note}Turn {turn + 1}. State:\n{observation}\nLegal actions: {legal}\n"
+    if turn > 0 and cfg.reminder == "first_turn" and not note:
+        return f"{head}{turns_left * m} action(s) left."
     sep = f", separated by '{cfg.action_sep}'" if m > 1 else ""
     think = f"<{cfg.think_tag}>your reasoning</{cfg.think_tag}>" if cfg.think else ""
     example = "action" if m == 1 else f"action1 {cfg.action_sep} action2"
     answer = f"<{cfg.answer_tag}>{example}</{cfg.answer_tag}>"
     return (
-        f"{note}Turn {turn + 1}. State:\n{observation}\n"
-        f"Legal actions: {legal}\n"
-        f"You have {turns_left * m} action(s) left ({turns_left} turn(s), at most {m} action(s) per turn{sep}).\n"
+        f"{head}You have {turns_left * m} action(s) left ({turns_left} turn(s), at most {m} action(s) per turn{sep}).\n"
         f"Always respond in the format {think}{answer}."
     )

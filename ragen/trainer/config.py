@@ -167,6 +167,7 @@ class AgentSection:
     response_prefix: str = ""
     stop_at_answer: bool = True
     env_step_timeout: float | None = 60.0
+    reminder: str = "every_turn"
 
 
 @dataclass(frozen=True)

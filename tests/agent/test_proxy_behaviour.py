@@ -207,6 +207,33 @@ def test_generation_stops_at_the_closing_answer_tag(char_tok, fake_engine, stop_
     assert batch.episodes[0].turns[0].format_ok is stop_at_answer and batch.metrics["agent/length_cutoffs"] == 0.0
 
 
+def test_reminder_first_turn_states_the_format_once_and_after_an_unparsed_answer(char_tok, fake_engine):
+    script = {0: "<answer>right</answer>", 1: "no tags", 2: "<answer>right</answer>", 3: "<answer>right</answer>"}
+    end = [char_tok.convert_tokens_to_ids("<|end|>")]
+    rows, prompts = {}, {}
+    for reminder in ("every_turn", "first_turn"):
+        engine = fake_engine(lambda call, i, p: char_tok(script[call], add_special_tokens=False)["input_ids"] + end)
+        cfg = AgentConfig(max_turn=4, think=False, reminder=reminder)
+        batch = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {"horizon": 9}, 1, 1)], []).rollout()
+        prompts[reminder] = [t.prompt_text for t in batch.episodes[0].turns]
+        rows[reminder] = int(batch.attention_mask[0].sum())
+    full = "You have {n} action(s) left ({n} turn(s), at most 1 action(s) per turn).\nAlways respond in the format " \
+           "<answer>action</answer>."
+    every, first = prompts["every_turn"], prompts["first_turn"]
+    assert first[0] == every[0] and every[0].endswith(full.format(n=4))
+    assert every[1].endswith(full.format(n=3)) and every[3].endswith(full.format(n=1))
+    assert first[1] == "Turn 2. State:\npos=1\nLegal actions: left, right\n3 action(s) left."
+    assert first[3] == "Turn 4. State:\npos=2\nLegal actions: left, right\n1 action(s) left."
+    # turn 3 follows the unparsed turn 2: the reminder comes back with the note
+    assert first[2] == every[2] and first[2].startswith("Your previous answer could not be parsed")
+    assert first[2].endswith(full.format(n=2))
+    n_tok = lambda text: len(char_tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    saved = sum(n_tok(full.format(n=n)) - n_tok(f"{n} action(s) left.") for n in (3, 1))
+    assert rows["every_turn"] - rows["first_turn"] == saved > 0  # the row holds exactly the shorter messages
+    with pytest.raises(ValueError, match="reminder must be one of"):
+        AgentConfig(reminder="never")
+
+
 def test_bad_config_and_bad_template_errors(char_tok):
     with pytest.raises(ValueError, match="layout"):
         AgentConfig(layout="steps")

@@ -25,6 +25,7 @@ CASES = [
     (["actor.lora_rank=8", "ref.enable=true"], "a LoRA actor is its own reference"),
     (["critic.share_backbone=true", "trainer.critic_warmup=1"], "the shared value head trains only with the actor"),
     (["critic.shared_value_grad=both"], "critic.shared_value_grad='both' is unknown; use backbone"),
+    (["agent.reminder=never"], "agent.reminder must be one of ('every_turn', 'first_turn'), got 'never'"),
     (["actor.lora_rank=8", "actor.use_kl_loss=true"], None),  # the reference is the actor with adapters off
     (["actor.mini_batch_size=6"], "actor.mini_batch_size=6 must divide the train batch of 16 sequences"),
     (["algorithm.rollout_filter_ratio=0.5"], None),  # 2 groups x 4 = 8: divisible by 8, passes

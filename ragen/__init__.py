@@ -9,4 +9,10 @@ import os as _os
 # as every entry point does); a value the user exported wins (OMP_WAIT_POLICY=ACTIVE on a dedicated machine).
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# Large tensors are reused from glibc's heap instead of being mapped and faulted in afresh on every micro-batch
+# (ragen.allocator.tune_allocator; RAGEN_TUNE_MALLOC=0 or any MALLOC_* / GLIBC_TUNABLES variable turns it off).
+from ragen.allocator import tune_allocator as _tune_allocator  # noqa: E402
+
+ALLOCATOR_TUNED = _tune_allocator()
+
 __version__ = "0.1.0"

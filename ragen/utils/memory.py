@@ -1,9 +1,10 @@
 """Process memory: current and peak resident set size, and handing freed heap pages back to the OS.
 
-A training update allocates activations for a whole micro-batch; glibc keeps the freed pages in its arenas, so
-a worker's RSS stays at its peak between steps unless they are trimmed (``release_free_memory`` after each
-update). The trainer logs ``memory/<process>_rss_gb`` and ``memory/<process>_peak_gb`` every step, where a leak
-shows as growth from step to step.
+A training update allocates activations for a whole micro-batch; glibc keeps the freed pages in its heap (more
+so with ``ragen.allocator.tune_allocator``, which ``import ragen`` applies), so a worker's RSS stays at its peak
+between steps unless they are trimmed (``release_free_memory`` after each update). The trainer logs
+``memory/<process>_rss_gb`` and ``memory/<process>_peak_gb`` every step, where a leak shows as growth from step
+to step.
 """
 
 from __future__ import annotations

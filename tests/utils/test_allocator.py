@@ -1,0 +1,46 @@
+"""``import ragen`` keeps large blocks in glibc's heap (ragen/allocator.py) unless turned off or the user chose."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# mallinfo2().hblks counts the blocks glibc currently serves with their own mmap; a 100 MiB bytearray is one such
+# block under glibc's defaults (threshold at most 32 MiB) and none once ragen raised the threshold to 1 GiB.
+PROBE = """
+import ctypes, ragen
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+before = libc.mallinfo2().hblks
+block = bytearray(100 * 2**20)
+print(ragen.ALLOCATOR_TUNED, libc.mallinfo2().hblks - before)
+"""
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
+
+
+def _probe(**env_extra: str) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "RAGEN_TUNE_MALLOC", "GLIBC_TUNABLES"))}
+    env.update(env_extra)
+    tuned, mmapped = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                                    check=True).stdout.split()
+    return tuned, int(mmapped)
+
+
+def test_import_ragen_serves_a_100mib_block_from_the_heap():
+    assert _probe() == ("True", 0)
+
+
+def test_opt_out_leaves_glibc_defaults():
+    assert _probe(RAGEN_TUNE_MALLOC="0") == ("False", 1)
+
+
+def test_the_users_own_malloc_settings_win():
+    # the user's threshold (64 MiB) is glibc's to apply; ragen does not override it, so 100 MiB is mmapped
+    assert _probe(MALLOC_MMAP_THRESHOLD_=str(64 * 2**20)) == ("False", 1)

@@ -10,7 +10,9 @@ Ours: ``PolicyWorker`` (through ``LocalWorkerGroup``): ``compute_log_probs`` (ol
 log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers forward under the same precision
 (``--precision``, default ``auto``: bf16 autocast where the CPU has native bf16, else fp32), full log_softmax
 over the logits, the same clipped loss formula, backward, clip, AdamW step.
-Prints the phase breakdown, tokens/s, ``ratio = bare_time / ours`` (goal >= 0.8) and the process's peak RSS.
+Prints the phase breakdown, tokens/s, ``ratio = bare_time / ours`` (goal >= 0.8), the process's peak RSS, and its
+user / system CPU time and page faults (run once more with ``RAGEN_TUNE_MALLOC=0`` to see what ``import ragen``'s
+allocator settings, ``ragen.allocator``, save).
 ``--lora R`` also times the LoRA actor (``actor.lora_rank=R``: frozen base, adapters trained) in the same
 alternation and prints ``full / lora``. With ``--shared-prefix N``
 the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
@@ -167,8 +169,13 @@ def main() -> None:
         print(f"  LoRA r={args.lora} actor update  {t_lora:7.2f} s   {tokens / t_lora:8.0f} tokens/s  "
               f"(log-probs {t_lora_lp:.2f} s)")
         print(f"  ratio full / lora       {t_ours / t_lora:7.2f}   (> 1: LoRA's update is faster)")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"  peak RSS of this process {peak:6.2f} GB (both models{' + the LoRA actor' if lora else ''})")
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    models = "both models" + (" + the LoRA actor" if lora else "")
+    print(f"  peak RSS of this process {usage.ru_maxrss / 2**20:6.2f} GB ({models})")
+    import ragen
+
+    print(f"  CPU time of this process {usage.ru_utime:7.1f} s user, {usage.ru_stime:.1f} s system (page faults "
+          f"{usage.ru_minflt}); allocator tuned: {ragen.ALLOCATOR_TUNED} (RAGEN_TUNE_MALLOC=0 to compare)")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,11 @@ def tune_allocator() -> bool:
     """Let glibc reuse freed blocks of up to 1 GiB from its heap instead of unmapping them (``mallopt``).
 
     Blocks below 1 GiB come from the heap, and freed memory stays there (up to 1 GiB at its top) for the next
-    micro-batch, so the page faults and zeroing of fresh ``mmap`` pages go (bench/train_step.py prints the
-    effect). Numerics are unchanged; memory is still handed back after each update (``release_free_memory``
-    trims explicitly). Returns whether the settings were applied: not when ``RAGEN_TUNE_MALLOC=0``, when the
-    user set glibc's own malloc variables (theirs win), or where glibc is not the allocator.
+    micro-batch, so the page faults and zeroing of fresh ``mmap`` pages go (``bench/train_step.py`` prints system
+    time and page faults; compare a run with ``RAGEN_TUNE_MALLOC=0``). Numerics are unchanged; memory is still
+    handed back after each update (``ragen.utils.memory.release_free_memory`` trims explicitly). Returns whether
+    the settings were applied: not when ``RAGEN_TUNE_MALLOC=0``, when the user set glibc's own malloc variables
+    (theirs win), or where glibc is not the allocator.
     """
     if os.environ.get(OPT_OUT, "1") == "0" or any(v in os.environ for v in _USER_VARS):
         return False

@@ -95,8 +95,9 @@ def test_launch_configs_select_their_experiment():
     assert (bilevel.env.name, bilevel.algorithm.estimator) == ("frozen_lake", "bilevel_gae")
     for cfg in (multi, bilevel):  # the task and recipe the README's learning table measures
         assert (cfg.env.config["size"], cfg.sft.noise, cfg.trainer.sft_warmup_steps, cfg.sft.epochs) == (3, 1.0, 2, 3)
-        assert (cfg.trainer.total_steps, cfg.trainer.val_freq, cfg.rollout.val_n_groups) == (6, 0, 32)
+        assert (cfg.trainer.total_steps, cfg.trainer.val_freq, cfg.rollout.val_n_groups) == (8, 0, 32)
         assert (cfg.env.max_turn, cfg.env.max_actions_per_turn, cfg.agent.reminder) == (3, 5, "first_turn")
+        assert cfg.actor.lr == 5e-5
         assert cfg.critic.share_backbone and not cfg.trainer.use_ray
 
 

@@ -116,7 +116,7 @@ def test_credit_assignment_across_turns(tmp_path, label, overrides, learns):
     assert (after >= CREDIT_THRESHOLD) is learns, (label, before, after)
 
 
-# The multi-turn launch scripts' default runs (FrozenLake 3x3, format-only warm start, 6 RL steps; no untrained
+# The multi-turn launch scripts' default runs (FrozenLake 3x3, format-only warm start, 8 RL steps; no untrained
 # validation, so the first validation is the one after the warm start): greedy validation success on 32 fixed maps
 # must end at least RL_GAIN above it. The warm-started greedy policy wins on none of them; the best fixed 4-move
 # plan wins on 69% (config/ppo_multi_turn.yaml).

@@ -105,7 +105,10 @@ def optimizer_steps_per_trainer_step(cfg: TrainConfig, role: str) -> int:
     """Optimizer steps one ``update`` of ``role`` (actor / critic) runs: ppo_epochs x mini-batches of the batch.
 
     Trajectory layout: ``train_batch_size / mini_batch_size`` mini-batches. Turn layout: the row count varies,
-    so this uses its upper bound, one row per turn of every episode (the training envs' most turns each).
+    so this uses its upper bound, one row per turn of every episode (the training envs' most turns each); the
+    padding rows that make the row count divisible form mini-batches without a loss token, which take no optimizer
+    or lr-schedule step (``Trainable.update``), so they are not counted. Past the bound a cosine schedule holds its
+    final rate.
     """
     section = cfg.actor if role == "actor" else cfg.critic
     from ragen.trainer.env_mix import max_turns

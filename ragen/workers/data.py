@@ -149,21 +149,35 @@ class TrainBatch:
         return replace(batches[0], **{k: torch.cat([b.tensors()[k] for b in batches]) for k in names})
 
 
-def shard_rows(batch_size: int, world_size: int, mini_batch_size: int | None = None) -> list[torch.Tensor]:
-    """Row indices (long tensors) of each rank's part of a batch of ``batch_size`` rows.
+def shard_rows(batch_size: int, world_size: int, mini_batch_size: int | None = None,
+               order: list[int] | None = None) -> list[torch.Tensor]:
+    """Row indices (long tensors) of each rank's part of a batch of ``batch_size`` rows: the one place that decides
+    which rows form each global mini-batch, for every world size.
 
-    With a global ``mini_batch_size`` that divides the batch and is a multiple of ``world_size``, the global
-    mini-batches are formed first (consecutive blocks of ``mini_batch_size`` rows, as at world size 1) and each is
-    split evenly over the ranks: rank r holds rows ``m * mb + r * mb / W ...`` of every mini-batch m, in order. So
-    rank r's i-th local mini-batch is its share of the i-th global one and an update sees the same mini-batches
-    at every world size. Otherwise (no or non-dividing ``mini_batch_size``): ``world_size`` consecutive parts.
+    ``order``: the global row order (default: batch order); the trainer's workers pass ``TrainBatch.prompt_order()``
+    (:func:`mini_batch_plan`), so rows sharing a prompt are adjacent and pack their prompt once. With a global
+    ``mini_batch_size`` that divides the batch and is a multiple of ``world_size``, the global mini-batches are the
+    consecutive blocks of ``mini_batch_size`` rows of ``order`` (as at world size 1) and each is split evenly over
+    the ranks: rank r holds positions ``m * mb + r * mb / W ...`` of ``order`` for every mini-batch m, in order. So
+    rank r's i-th local mini-batch is its share of the i-th global one and an update sees the same mini-batches at
+    every world size (the workers take their rows in the order given and never regroup them). Otherwise (no or
+    non-dividing ``mini_batch_size``): ``world_size`` consecutive parts of ``order``.
     """
     if world_size < 1 or batch_size % world_size:
         raise ValueError(f"cannot split {batch_size} rows evenly over {world_size} ranks; make the batch size a "
                          f"multiple of {world_size}")
-    rows = torch.arange(batch_size)
+    rows = torch.arange(batch_size) if order is None else torch.as_tensor(order, dtype=torch.long)
+    if sorted(rows.tolist()) != list(range(batch_size)):
+        raise ValueError(f"order must be a permutation of the {batch_size} rows")
     mb = mini_batch_size
     if mb is None or mb < 1 or batch_size % mb or mb % world_size:
         return list(rows.view(world_size, -1))
     local = mb // world_size
     return list(rows.view(batch_size // mb, world_size, local).transpose(0, 1).reshape(world_size, -1))
+
+
+def mini_batch_plan(batch: TrainBatch, world_size: int, mini_batch_size: int | None) -> list[torch.Tensor]:
+    """Each rank's rows of ``batch`` (:func:`shard_rows` over ``batch.prompt_order()``): the global mini-batches
+    are consecutive blocks of the prompt-ordered rows, identical at every world size, and each rank gets its share
+    of every one of them."""
+    return shard_rows(batch.batch_size, world_size, mini_batch_size, batch.prompt_order())

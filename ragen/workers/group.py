@@ -8,11 +8,13 @@ fails after ``placement_timeout_s`` naming what it lacks (``ragen.workers.placem
 benchmark.
 
 ``call(method, batch, **kw)`` splits a ``TrainBatch`` evenly by rank, mini-batch first: the global mini-batches
-(``mini_batch_size`` consecutive rows, from the workers' ``cfg``) are formed as at world size 1 and each is
-split over the ranks (``ragen.workers.data.shard_rows``), so an update sees the same mini-batches at any world
-size. It runs ``method`` on every rank and combines: tensors are concatenated and put back in batch row order,
-metric dicts (float values) are averaged over ranks, tuples of tensors are concatenated element-wise (also in
-row order), ``None`` stays ``None``, anything else comes back as a per-rank list.
+(``mini_batch_size`` consecutive rows of the batch in prompt order, from the workers' ``cfg``) are decided once,
+for any world size, and each is split over the ranks (``ragen.workers.data.mini_batch_plan``), so an update sees
+the same mini-batches at any world size; both group kinds plan the same way, so world size 1 trains on exactly
+the mini-batches a larger world size does. It runs ``method`` on every rank and combines: tensors are
+concatenated and put back in batch row order, metric dicts (float values) are averaged over ranks, tuples of
+tensors are concatenated element-wise (also in row order), ``None`` stays ``None``, anything else comes back as a
+per-rank list.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 
 from ragen.workers.config import PLACEMENT_STRATEGIES
-from ragen.workers.data import TrainBatch, shard_rows
+from ragen.workers.data import TrainBatch, mini_batch_plan
 from ragen.workers.placement_check import reserve
 
 
@@ -54,13 +56,15 @@ def _in_row_order(stacked: torch.Tensor, rows: list[torch.Tensor] | None) -> tor
 
 def _split(batch: TrainBatch | None, world_size: int,
            mini_batch_size: int | None = None) -> tuple[list[TrainBatch | None], list[torch.Tensor] | None]:
-    """(one part per rank, the batch rows of each part) with ``shard_rows`` (mini-batch first)."""
+    """(one part per rank, the batch rows of each part) with ``mini_batch_plan`` (prompt order, mini-batch first)."""
     if batch is None:
         return [None] * world_size, None
     if batch.batch_size % world_size:
         raise ValueError(f"batch of {batch.batch_size} sequences cannot be split evenly over {world_size} ranks; "
                          f"make the train batch size (after rollout filtering) a multiple of {world_size}")
-    rows = shard_rows(batch.batch_size, world_size, mini_batch_size)
+    rows = mini_batch_plan(batch, world_size, mini_batch_size)
+    if world_size == 1 and torch.equal(rows[0], torch.arange(batch.batch_size)):
+        return [batch], None  # already in plan order: no copy
     return [batch.select(r) for r in rows], rows
 
 
@@ -77,11 +81,15 @@ class LocalWorkerGroup:
         init_kwargs.pop("resources_per_worker", None)
         init_kwargs.pop("placement_group", None)
         self.world_size = 1
+        self.mini_batch_size = init_kwargs.pop("mini_batch_size", None) or getattr(init_kwargs.get("cfg"),
+                                                                                      "mini_batch_size", None)
         self.worker = worker_cls(rank=0, world_size=1, **init_kwargs)
 
     def call(self, method: str, batch: TrainBatch | None = None, **kw: Any) -> Any:
-        """Run ``method(batch, **kw)`` (or ``method(**kw)`` without a batch) on the worker."""
-        return combine([getattr(self.worker, method)(*_call_args(batch), **kw)])
+        """Run ``method(batch, **kw)`` (or ``method(**kw)`` without a batch) on the worker, the batch's rows in the
+        plan order of :class:`WorkerGroup` (per-row results come back in the batch's order)."""
+        parts, rows = _split(batch, 1, self.mini_batch_size)
+        return combine([getattr(self.worker, method)(*_call_args(parts[0]), **kw)], rows)
 
     def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
         return getattr(self.worker, method)(*args, **kw)

@@ -109,16 +109,19 @@ class Trainable:
         (first optimizer step) towards ``lr_end`` (the rate one step after the last: optimizer step i of n uses
         ``lr + (lr_end - lr) * i / n``), so consecutive calls can continue one decay.
 
-        Rows are taken in ``batch.prompt_order()`` (rows sharing a prompt adjacent, so each mini/micro-batch packs a
-        whole prompt once); the loss is a sum over rows, so only which rows share an optimizer step changes.
+        Rows are taken in the order given: the worker group decides the global mini-batches (prompt order, the same
+        at every world size: ``ragen.workers.data.mini_batch_plan``), this rank's i-th block of
+        ``mini_batch_size / world_size`` rows is its share of the i-th one. A mini-batch without a single loss token
+        on any rank (e.g. only the ``turn`` layout's padding rows, or only failed episodes) runs no forward, no
+        optimizer step and no lr-schedule step: the decision uses the all-reduced token count, so all ranks skip
+        together, and Adam's momentum never moves the weights on a batch of nothing.
 
         Returns metrics averaged over optimizer steps (identical on every rank): ``<prefix>/grad_norm``,
         ``<prefix>/lr``, every ``sums`` key averaged over mini-batches and every ``token_sums`` key divided by
-        the mini-batch token counts.
+        the mini-batch token counts; ``<prefix>/empty_mini_batches`` counts the skipped mini-batches.
         """
         self.module.train()
         local_mb = self.local_mini_batch_size(batch.batch_size)
-        batch = _in_prompt_order(batch)[0]
         token_acc: dict[str, float] = {}
         sum_acc: dict[str, float] = {}
         fixed_lr = lr
@@ -127,19 +130,19 @@ class Trainable:
             raise ValueError("lr_end needs lr (a fixed rate to decay from)")
         n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
         minis = batch.chunk(local_mb)
-        n_total = n_epochs * len(minis)
+        counts = self._global_counts(minis, mask_fn)
+        real = [(mini, c) for mini, c in zip(minis, counts, strict=True) if c[0] > 0]
+        n_total = n_epochs * len(real)
         total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, fixed_lr or self.scheduler.get_last_lr()[0]
         for _ in range(n_epochs):
-            for mini in minis:
+            for mini, (n_tok, n_seq) in real:
                 if fixed_lr is not None:
                     lr = fixed_lr if lr_end is None else fixed_lr + (lr_end - fixed_lr) * n_mini / n_total
                     for g in self.optimizer.param_groups:
                         g["lr"] = lr
-                mask = mask_fn(mini)
-                n_tok, n_seq = D.all_reduce_sum([float(mask.sum()), float(mask.bool().any(-1).sum())], self.device)
                 total_tokens += n_tok
                 for micro in _micro_chunks(mini, self.cfg.micro_batch_size):
-                    res = micro_loss(micro.trim().to(self.device), max(n_tok, 1.0), max(n_seq, 1.0))
+                    res = micro_loss(micro.trim().to(self.device), n_tok, max(n_seq, 1.0))
                     # FSDP2 averages gradients over ranks; the loss is already normalised globally -> sum.
                     (res.loss * self.world_size).backward()
                     for k, v in res.token_sums.items():
@@ -159,10 +162,21 @@ class Trainable:
         finite = [g for g in grad_norms if math.isfinite(g)]
         metrics[f"{self.prefix}/grad_norm"] = sum(finite) / max(len(finite), 1)
         metrics[f"{self.prefix}/skipped_steps"] = float(len(grad_norms) - len(finite))
+        metrics[f"{self.prefix}/empty_mini_batches"] = float(n_epochs * (len(minis) - len(real)))
         metrics[f"{self.prefix}/lr"] = float(lr)
         self.module.eval()
         release_free_memory()  # the micro-batches' activations: back to the OS, not kept at the peak
         return metrics
+
+    def _global_counts(self, minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor]
+                       ) -> list[tuple[float, float]]:
+        """(loss tokens, sequences with a loss token) of every mini-batch, summed over ranks in one all-reduce."""
+        local: list[float] = []
+        for mini in minis:
+            mask = mask_fn(mini)
+            local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
+        total = D.all_reduce_sum(local, self.device) if local else []
+        return [(total[2 * i], total[2 * i + 1]) for i in range(len(minis))]
 
     def _step(self, schedule: bool = True) -> float:
         """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""

@@ -42,28 +42,35 @@ class _Row:
     turn: int  # -1: whole trajectory (or placeholder)
 
 
-def _rows(slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str) -> list[_Row]:
+def _rows(slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str,
+          max_len: int) -> list[_Row]:
+    """The rows of both layouts, each at most ``max_len`` tokens (no pass over the batch runs past the budget)."""
     rows: list[_Row] = []
     for e, ctx in enumerate(contexts):
         if ctx is None or (layout == "turn" and ctx.num_turns == 0):
             rows.append(_Row([pad_id], [0.0], [-1], e, -1))
         elif layout == "trajectory":
-            rows.append(_Row(ctx.ids, ctx.log_probs, ctx.turn_ids, e, -1))
+            n = len(ctx.trained_ids(max_len))
+            rows.append(_Row(ctx.ids[:n], ctx.log_probs[:n], ctx.turn_ids[:n], e, -1))
         else:
             for k, (resp, lps) in enumerate(ctx.responses):
                 prompt = ctx.turn_prompts[k]
                 close = [] if resp and resp[-1] == ctx.fmt.eot_id else [ctx.fmt.eot_id]
-                ids = prompt + resp + close
-                rows.append(_Row(ids, [0.0] * len(prompt) + lps + [0.0] * len(close),
-                                 [-1] * len(prompt) + [k] * len(resp) + [-1] * len(close), e, k))  # fmt: skip
+                ids = (prompt + resp + close)[:max_len]  # only an appended closing token can pass the budget
+                rows.append(_Row(ids, ([0.0] * len(prompt) + lps + [0.0] * len(close))[:max_len],
+                                 ([-1] * len(prompt) + [k] * len(resp) + [-1] * len(close))[:max_len], e, k))
     return rows
 
 
 def build_batch(
-    slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str = "trajectory"
+    slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str = "trajectory",
+    max_len: int | None = None, bootstrap: list[list[int]] | None = None,
 ) -> RolloutBatch:
-    """The batch of ``slots``' finished episodes (see the module docstring for the layouts)."""
-    rows = _rows(slots, contexts, pad_id, layout)
+    """The batch of ``slots``' finished episodes (see the module docstring for the layouts); rows are at most
+    ``max_len`` tokens (``max_model_len``; None = no limit). ``bootstrap``: per episode, the prompt a truncated
+    episode bootstraps from (``EpisodeContext.bootstrap_prompt``; [] for episodes that ended), repeated on every
+    row of the episode as ``RolloutBatch.bootstrap_prompts``."""
+    rows = _rows(slots, contexts, pad_id, layout, max_len or (1 << 62))
     cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
     masked = [c and layout == "trajectory" for c in cut]  # a cut trajectory row is not what the model saw
     b, t = len(rows), max(len(r.ids) for r in rows)
@@ -113,6 +120,7 @@ def build_batch(
         step_rewards=step_rewards if split else None,
         outcome_rewards=torch.tensor([s.outcome_reward for s in picked], dtype=torch.float32) if split else None,
         turn_obs_keys=[list(s.obs_keys) for s in picked],
+        bootstrap_prompts=None if bootstrap is None else [list(bootstrap[r.episode]) for r in rows],
         episodes=[s.record for s in picked if s.record is not None],
         metrics=metrics,
         extra={

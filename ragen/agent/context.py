@@ -137,6 +137,7 @@ class EpisodeContext:
     turn_prompts: list[list[int]] = field(default_factory=list)  # the exact prompt of each generated turn
     responses: list[tuple[list[int], list[float]]] = field(default_factory=list)  # sampled ids, log-probs
     history_cut: bool = False  # some generated turn's prompt did not hold the full history (use_plan sets it)
+    closed_len: int = 0  # len(ids) after the last response and its end-of-turn token (0 before the first turn)
     _heads: dict[int, list[int]] = field(default_factory=dict)
 
     def head(self, turn: int) -> list[int]:
@@ -161,6 +162,7 @@ class EpisodeContext:
         self.turn_ids.extend([turn] * len(ids))
         if not ids or ids[-1] != self.fmt.eot_id:
             self._extend([self.fmt.eot_id], -1)
+        self.closed_len = len(self.ids)
 
     def _extend(self, ids: list[int], turn: int) -> None:
         self.ids.extend(ids)
@@ -197,6 +199,25 @@ class EpisodeContext:
             ids = self.head(start) + (self.ids[self.turn_starts[start] :] if start < k else [])
         budget = min(max_new_tokens, max_model_len - len(ids))
         return PromptPlan(ids=ids, max_new_tokens=budget, start_turn=start, truncated=start > first)
+
+    def bootstrap_prompt(self, window: int | None, max_model_len: int, max_new_tokens: int) -> list[int]:
+        """The state after the last response, as a prompt within the length budget: V of it is the bootstrap of an
+        episode cut by the length budget (DESIGN.md, "Advantage estimators"; the same ids in both layouts).
+
+        It is the next generation prompt cut by :meth:`plan`'s own rule (the last ``window`` turns, history dropped
+        oldest-first until ``prompt + max_new_tokens`` fits ``max_model_len``, down to the history-free prompt).
+        An episode is cut exactly when even the history-free prompt leaves no room for a response, so that prompt
+        is then kept to its last ``max_model_len`` tokens: the generation prompt and the newest part of the
+        observation, the text nearest the decision. Never longer than ``max_model_len``."""
+        return self.plan(window, max_model_len, max_new_tokens).ids[-max_model_len:]
+
+    def trained_ids(self, max_model_len: int) -> list[int]:
+        """The ``trajectory`` layout row: the sequence up to the last response's end-of-turn token (a user message
+        that was never answered, such as the observation that did not fit the budget, belongs to no trained state:
+        its value enters through :meth:`bootstrap_prompt`), at most ``max_model_len`` tokens (a row longer than that
+        held a cut history and trains nothing, or ends with an appended end-of-turn token past the budget)."""
+        end = self.closed_len if self.num_turns else len(self.ids)
+        return self.ids[: min(end, max_model_len)]
 
     def use_plan(self, plan: PromptPlan) -> None:
         """Record that the next turn is generated from ``plan`` (its exact prompt; whether it cut history)."""

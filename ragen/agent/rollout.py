@@ -106,7 +106,10 @@ class AgentProxy:
             # cut by a length budget while the episode went on (bootstrap); max_turn is a true end (the prompt
             # states the turns left), and so is the env's done
             slot.record.truncated = slot.stopped and not slot.done and not slot.failed
-        batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout)
+        boot = [ctx.bootstrap_prompt(self.cfg.max_context_window, self.cfg.max_model_len, self.cfg.max_new_tokens)
+                if ctx is not None and slot.record.truncated else []
+                for slot, ctx in zip(manager.slots, contexts, strict=True)]
+        batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout, self.cfg.max_model_len, boot)
         batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
         batch.metrics["rollout/env_errors"] = float(_log_env_errors(manager.slots, mode))
         return batch

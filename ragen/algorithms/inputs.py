@@ -38,8 +38,9 @@ class AdvantageInputs:
       truncated: bool, the row was cut by a length budget (``max_model_len`` / prompt overflow) while the
         episode went on: the GAE family bootstraps it from ``bootstrap_values``. Rows that ended, by the env or
         by ``max_turn`` (the prompt tells the agent how many turns are left), are terminal: next value 0.
-      bootstrap_values: float, V of the state after the row's last real token (the critic's head on the last
-        real hidden state; no position of ``values`` holds it). Read only for truncated rows.
+      bootstrap_values: float, V of the state that followed the row's last response: the episode's next
+        generation prompt cut to the length budget, evaluated by the critic on its own (no position of ``values``
+        holds it; ``ragen.trainer.bootstrap``). Read only for truncated rows.
       failed: bool, the episode's env raised (its row is masked out): excluded from group statistics.
       outcome_rewards: float outcome reward R^O (ms_grpo / ms_po).
     Per turn:
@@ -89,7 +90,7 @@ class AdvantageInputs:
             if self.bootstrap_values is None:
                 raise ValueError(
                     "AdvantageInputs.bootstrap_values is None but some rows are truncated: pass the critic's value "
-                    "of the state after each row's last real token (the critic returns it with the values)"
+                    "of each truncated episode's next generation prompt (ragen.trainer.bootstrap.bootstrap_values)"
                 )
         _check_row_tensors(self, needs)
         _check_turn_contract(self.turn_ids, self.response_mask)

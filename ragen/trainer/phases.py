@@ -71,20 +71,22 @@ def without_step_rewards(batch: RolloutBatch) -> RolloutBatch:
 
 
 def advantage_inputs(
-    batch: RolloutBatch, values: torch.Tensor | None, last_values: torch.Tensor | None,
+    batch: RolloutBatch, values: torch.Tensor | None, bootstrap_values: torch.Tensor | None,
     token_penalties: torch.Tensor | None,
 ) -> AdvantageInputs:
     """The estimators' view of a trajectory-layout batch.
 
     values: (B, T) or None, ``values[:, t]`` = V of the context before token t (``ValueModel``'s convention);
-    last_values: (B,) V after each row's last real token, the bootstrap of ``batch.truncated`` rows (rows cut by
-    a length budget); token_penalties: (B, T) per-token reward terms (KL in the reward) or None.
+    bootstrap_values: (B,) V of each row's bootstrap prompt (``ragen.trainer.bootstrap``), read for
+    ``batch.truncated`` rows (episodes cut by a length budget); token_penalties: (B, T) per-token reward terms (KL
+    in the reward) or None.
     """
     return AdvantageInputs(
         token_rewards=batch.token_rewards.float(), response_mask=batch.response_mask, turn_ids=batch.turn_ids,
         values=None if values is None else values.float(), group_ids=batch.group_ids, truncated=batch.truncated,
         step_rewards=batch.step_rewards, outcome_rewards=batch.outcome_rewards, turn_obs_keys=batch.turn_obs_keys,
-        attention_mask=batch.attention_mask, bootstrap_values=None if last_values is None else last_values.float(),
+        attention_mask=batch.attention_mask,
+        bootstrap_values=None if bootstrap_values is None else bootstrap_values.float(),
         token_penalties=token_penalties, failed=excluded_rows(batch),
     )
 
@@ -102,7 +104,7 @@ def advantages(
     estimator: str,
     batch: RolloutBatch,
     values: torch.Tensor | None,
-    last_values: torch.Tensor | None = None,
+    bootstrap_values: torch.Tensor | None = None,
     token_penalties: torch.Tensor | None = None,
     **scalars,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,7 +112,7 @@ def advantages(
 
     Returns (advantages, returns), (B, T), 0 off the response.
     """
-    return compute_advantage(estimator, advantage_inputs(batch, values, last_values, token_penalties), **scalars)
+    return compute_advantage(estimator, advantage_inputs(batch, values, bootstrap_values, token_penalties), **scalars)
 
 
 def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

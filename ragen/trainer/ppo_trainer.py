@@ -3,9 +3,9 @@
 Per step::
 
     rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs -> values
-    -> advantages (ragen.algorithms) -> critic update -> actor update -> engine wake (weights) -> weight sync
-    -> engine wake (KV cache) -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed
-    after each validation)
+    -> bootstrap values (episodes cut by the length budget) -> advantages (ragen.algorithms) -> critic update
+    -> actor update -> engine wake (weights) -> weight sync -> engine wake (KV cache) -> metrics, validation,
+    checkpoint, run report (``ragen.report``, refreshed after each validation)
 
 Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
 metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
@@ -29,6 +29,7 @@ from tqdm import tqdm
 from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
 from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, turn_layout
+from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
 from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
@@ -178,11 +179,11 @@ class PPOTrainer:
         n_real = tb.batch_size
         if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
             tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
-        values = last_values = None
+        values = boot = None
         value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
         with self._timed("old_log_probs", t):
             if value_group is actor:  # shared value head: log-probs and values from one forward
-                old_lp, values, last_values = actor.call("compute_log_probs_and_values", tb)
+                old_lp, values, _ = actor.call("compute_log_probs_and_values", tb)
             else:
                 old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
@@ -193,7 +194,10 @@ class PPOTrainer:
                           else actor.call("compute_ref_log_probs", tb))
         if value_group is not None and values is None:
             with self._timed("values", t):
-                values, last_values = value_group.call("compute_values", tb)
+                values, _ = value_group.call("compute_values", tb)
+        if value_group is not None and bool(batch.truncated.any()):  # episodes cut by the length budget
+            with self._timed("bootstrap_values", t):
+                boot = bootstrap_values(value_group, batch, self.proxy.pad_id, self._row_multiple())
         with self._timed("advantages", t):
             penalties = None
             if cfg.algorithm.kl_in_reward:
@@ -203,8 +207,7 @@ class PPOTrainer:
             estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
             real_values = None if values is None else values[:n_real]
             scored = batch if cfg.algorithm.use_step_reward else phases.without_step_rewards(batch)
-            adv, ret = estimate(cfg.algorithm.estimator, scored, real_values,
-                                None if last_values is None else last_values[:n_real], penalties,
+            adv, ret = estimate(cfg.algorithm.estimator, scored, real_values, boot, penalties,
                                 **cfg.algorithm.advantage_kwargs())
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
             with self._timed("report_samples", t):

@@ -26,6 +26,7 @@ import torch
 from ragen.agent.batch import RolloutBatch
 from ragen.report.records import Credit, episode_rows, episode_token_records, sample_indices
 from ragen.trainer import phases, turn_layout
+from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.derived import estimator_needs_values
 
 
@@ -44,7 +45,7 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
     from ragen.trainer.builders import value_worker
 
     actor, critic = trainer.workers.get("actor"), value_worker(trainer.cfg, trainer.workers)
-    values = last = None
+    values = boot = None
     if actor is None:
         log_probs = batch.sample_log_probs
     else:
@@ -54,21 +55,22 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
         n = tb.batch_size
         tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
         if critic is actor:  # shared value head: one forward gives both
-            log_probs, values, last = actor.call("compute_log_probs_and_values", tb)
+            log_probs, values, _ = actor.call("compute_log_probs_and_values", tb)
         else:
             log_probs = actor.call("compute_log_probs", tb)
             if critic is not None:
-                values, last = critic.call("compute_values", tb)
+                values, _ = critic.call("compute_values", tb)
         log_probs = _scatter_rows(log_probs[:n], picked, full.batch_size)
         if values is not None:
-            values, last = _scatter_rows(values[:n], picked, full.batch_size), _scatter_rows(last[:n], picked,
-                                                                                            full.batch_size)
+            values = _scatter_rows(values[:n], picked, full.batch_size)
+            boot = bootstrap_values(critic, batch.select(picked), trainer.proxy.pad_id, trainer._row_multiple())
+            boot = None if boot is None else _scatter_rows(boot, picked, full.batch_size)
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):
         return Credit(log_probs=log_probs)
     estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
     scored = batch if alg.use_step_reward else phases.without_step_rewards(batch)
-    adv, ret = estimate(alg.estimator, scored, values, last, None, **alg.advantage_kwargs())
+    adv, ret = estimate(alg.estimator, scored, values, boot, None, **alg.advantage_kwargs())
     return Credit(advantages=adv, returns=ret, values=values, log_probs=log_probs)
 
 

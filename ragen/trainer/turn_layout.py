@@ -39,7 +39,7 @@ def _positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def turn_layout_advantages(
-    estimator: str, batch: RolloutBatch, values: torch.Tensor | None, last_values: torch.Tensor | None = None,
+    estimator: str, batch: RolloutBatch, values: torch.Tensor | None, bootstrap_values: torch.Tensor | None = None,
     token_penalties: torch.Tensor | None = None, **scalars,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``compute_advantage`` for a turn-layout batch: (advantages, returns), (B, T), 0 off the response.
@@ -47,12 +47,11 @@ def turn_layout_advantages(
     ``values`` / ``token_penalties``: (B, T) over the turn rows, ``values`` in ``ValueModel``'s convention
     (V of the context before token t) computed inside each turn sample, so the gather below never mixes turns.
     Each episode's model tokens, in turn order, form one row of the compact view (no env tokens in it);
-    per-episode fields come from the episode's first row. ``last_values`` (B,): V after each turn row's last real
-    token; a truncated episode bootstraps from its last turn row's (the state after its last response: the
-    observation that no longer fit was never fed to the model).
+    per-episode fields come from the episode's first row. ``bootstrap_values`` (B,): per row, V of its episode's
+    bootstrap prompt (``ragen.trainer.bootstrap``; read for truncated episodes only), the same state and value the
+    trajectory layout bootstraps from.
     """
     rows, cols, eps, pos, first = _positions(batch)
-    last = _last_rows(batch)
     n_ep, width = len(first), max(1, int(pos.max()) + 1 if len(pos) else 1)
 
     def gather(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
@@ -71,7 +70,7 @@ def turn_layout_advantages(
         truncated=pick(batch.truncated), step_rewards=pick(batch.step_rewards),
         outcome_rewards=pick(batch.outcome_rewards), attention_mask=mask,
         turn_obs_keys=None if batch.turn_obs_keys is None else [batch.turn_obs_keys[i] for i in first],
-        bootstrap_values=None if last_values is None else last_values.float()[torch.tensor(last)],
+        bootstrap_values=None if bootstrap_values is None else bootstrap_values.float()[idx],
         token_penalties=None if token_penalties is None else gather(token_penalties.float()),
         failed=pick(failed),
     )
@@ -81,16 +80,6 @@ def turn_layout_advantages(
     adv[rows, cols] = adv_c[eps, pos]
     ret[rows, cols] = ret_c[eps, pos]
     return adv, ret
-
-
-def _last_rows(batch: RolloutBatch) -> list[int]:
-    """The last turn row of each episode, episodes in the order of :func:`_positions`."""
-    ep, tk = batch.extra["episode_index"].tolist(), batch.extra["turn_index"].tolist()
-    last: dict[int, int] = {}
-    for r in range(batch.batch_size):
-        if ep[r] not in last or tk[r] > tk[last[ep[r]]]:
-            last[ep[r]] = r
-    return [last[e] for e in sorted(last)]
 
 
 def pad_rows(tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:

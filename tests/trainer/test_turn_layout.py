@@ -140,10 +140,10 @@ def test_turn_layout_gather_and_scatter_by_hand(echo_estimator):
 @pytest.mark.parametrize("truncated", [False, True])
 def test_turn_gae_puts_each_turn_advantage_on_its_own_turn_row(truncated):
     """turn_gae with V = 0: A_k = r_k + gamma_H * A_{k+1}, and every model token of turn k's row carries A_k.
-    A truncated episode bootstraps from the last value of its *last* turn row."""
+    A truncated episode bootstraps from its bootstrap value (per row, the same on every row of the episode)."""
     batch = _hand_batch(truncated=(False, truncated))
-    last_values = torch.tensor([3.0, 0.0, 0.0, 0.0, 0.0])  # row 0 is episode 1's last turn
-    adv, ret = turn_layout_advantages("turn_gae", batch, torch.zeros(batch.input_ids.shape), last_values,
+    boot_rows = torch.tensor([3.0, 7.0, 7.0, 3.0, 7.0])  # episode 1 (rows 0, 3): 3; episode 0 never truncated
+    adv, ret = turn_layout_advantages("turn_gae", batch, torch.zeros(batch.input_ids.shape), boot_rows,
                                       high_level_gamma=0.5, high_level_lam=1.0, whiten=False)
     boot = 3.0 if truncated else 0.0
     a1_last = 1.0 + 0.5 * boot

@@ -55,6 +55,8 @@ class RolloutBatch:
       last turn), num_turns (B,) long, truncated (B,) bool (cut by a length budget, ``max_model_len``, while
       the episode went on: the GAE family bootstraps it; rows that end by the env or by max_turn are terminal),
       step_rewards (B, K) / outcome_rewards (B,) float when the env reports a step/outcome split (else None),
+      tool_results (B, K) bool with them: turn k received a tool result (the env's ``info["tool_result"]``;
+      False past the last turn), which places MS-GRPO / MS-PO's step credit,
       turn_obs_keys (the observation text each turn acted on, for gigpo), bootstrap_prompts (per row, the ids of the
       state a ``truncated`` episode bootstraps from: its next generation prompt cut to the length budget,
       ``EpisodeContext.bootstrap_prompt``, the same on every row of the episode in both layouts; [] for episodes
@@ -74,6 +76,7 @@ class RolloutBatch:
     truncated: torch.Tensor
     step_rewards: torch.Tensor | None = None
     outcome_rewards: torch.Tensor | None = None
+    tool_results: torch.Tensor | None = None
     turn_obs_keys: list[list[str]] | None = None
     bootstrap_prompts: list[list[int]] | None = None
     episodes: list[EpisodeRecord] = field(default_factory=list)
@@ -109,6 +112,7 @@ class RolloutBatch:
             truncated=self.truncated[idx],
             step_rewards=pick(self.step_rewards),
             outcome_rewards=pick(self.outcome_rewards),
+            tool_results=pick(self.tool_results),
             turn_obs_keys=None if self.turn_obs_keys is None else [self.turn_obs_keys[i] for i in rows],
             bootstrap_prompts=None if self.bootstrap_prompts is None else [self.bootstrap_prompts[i] for i in rows],
             episodes=[self.episodes[i] for i in rows] if self.episodes else [],

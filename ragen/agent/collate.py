@@ -82,6 +82,7 @@ def build_batch(
     token_rewards = torch.zeros((b, t), dtype=torch.float32)
     turn_rewards = torch.zeros((b, k_max), dtype=torch.float32)
     step_rewards = torch.zeros((b, k_max), dtype=torch.float32)
+    tool_results = torch.zeros((b, k_max), dtype=torch.bool)
     for i, row in enumerate(rows):
         n, slot = len(row.ids), slots[row.episode]
         input_ids[i, :n] = torch.tensor(row.ids, dtype=torch.long)
@@ -91,6 +92,7 @@ def build_batch(
         nt = len(slot.turn_rewards)
         turn_rewards[i, :nt] = torch.tensor(slot.turn_rewards, dtype=torch.float32)
         step_rewards[i, :nt] = torch.tensor(slot.step_rewards, dtype=torch.float32)
+        tool_results[i, :nt] = torch.tensor(slot.tool_results, dtype=torch.bool)
         for k, r in enumerate(slot.turn_rewards):
             pos = (turn_ids[i] == k).nonzero()
             if len(pos):  # the reward sits on the turn's last model token
@@ -119,6 +121,7 @@ def build_batch(
         truncated=torch.tensor([bool(s.record and s.record.truncated) for s in picked], dtype=torch.bool),
         step_rewards=step_rewards if split else None,
         outcome_rewards=torch.tensor([s.outcome_reward for s in picked], dtype=torch.float32) if split else None,
+        tool_results=tool_results if split else None,
         turn_obs_keys=[list(s.obs_keys) for s in picked],
         bootstrap_prompts=None if bootstrap is None else [list(bootstrap[r.episode]) for r in rows],
         episodes=[s.record for s in picked if s.record is not None],

@@ -70,6 +70,7 @@ class TurnOutcome:
     step_reward: float = 0.0
     outcome_reward: float = 0.0
     has_split: bool = False  # the env reported step_reward / outcome_reward
+    tool_result: bool = False  # some action's step returned a tool result (info["tool_result"])
     executed: int = 0
     valid: int = 0
     effective: int = 0
@@ -99,6 +100,7 @@ class EnvSlot:
     actions_effective: int = 0
     turn_rewards: list[float] = field(default_factory=list)
     step_rewards: list[float] = field(default_factory=list)
+    tool_results: list[bool] = field(default_factory=list)
     outcome_reward: float = 0.0
     has_split: bool = False
     obs_keys: list[str] = field(default_factory=list)
@@ -113,7 +115,7 @@ class EnvSlot:
         self.seed, self.observation, self.done, self.failed, self.error = seed, "", False, False, ""
         self.stopped = False
         self.actions_total = self.actions_valid = self.actions_effective = 0
-        self.turn_rewards, self.step_rewards, self.obs_keys = [], [], []
+        self.turn_rewards, self.step_rewards, self.tool_results, self.obs_keys = [], [], [], []
         self.outcome_reward, self.has_split = 0.0, False
         self.record = EpisodeRecord(env_name=self.name, seed=seed, group_id=self.group_id)
 
@@ -206,6 +208,7 @@ class EnvManager:
                 out.has_split = True
                 out.step_reward += float(info.get("step_reward", 0.0))
                 out.outcome_reward += float(info.get("outcome_reward", 0.0))
+            out.tool_result = out.tool_result or bool(info.get("tool_result", False))
             out.success = out.success or bool(info.get("success", False))
             out.observation = str(res.observation)
             if res.done:

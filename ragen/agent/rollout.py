@@ -192,6 +192,7 @@ class AgentProxy:
         slot.actions_effective += outcome.effective
         slot.turn_rewards.append(reward)
         slot.step_rewards.append(outcome.step_reward + penalty)  # the proxy's penalty is a per-turn (step) reward
+        slot.tool_results.append(outcome.tool_result)
         slot.outcome_reward += outcome.outcome_reward
         slot.has_split = slot.has_split or outcome.has_split
         slot.observation = outcome.observation

@@ -45,6 +45,8 @@ class AdvantageInputs:
       outcome_rewards: float outcome reward R^O (ms_grpo / ms_po).
     Per turn:
       step_rewards: (B, K) float step reward R^T of each turn (ms_grpo / ms_po), 0 past the last turn.
+      tool_results: (B, K) bool, turn k received a tool result: the env's explicit per-turn flag (``tool_result``
+        in its step info), never inferred from the step reward (ms_grpo / ms_po); False past the last turn.
       turn_obs_keys: turn_obs_keys[b][k] is the observation text turn k of row b acted on (gigpo).
     """
 
@@ -56,6 +58,7 @@ class AdvantageInputs:
     truncated: Tensor | None = None
     step_rewards: Tensor | None = None
     outcome_rewards: Tensor | None = None
+    tool_results: Tensor | None = None
     turn_obs_keys: list[list[str]] | None = None
     attention_mask: Tensor | None = None
     bootstrap_values: Tensor | None = None
@@ -75,9 +78,9 @@ class AdvantageInputs:
 
     def validate(self, needs: tuple[str, ...] = ()) -> None:
         """Check shapes, dtypes and the turn-id contract; ``needs`` names optional fields that must be set (and,
-        for ``step_rewards`` / ``turn_obs_keys``, be long enough for every row's turns). A batch with truncated
-        rows needs ``bootstrap_values`` wherever it needs ``values``. Raises ValueError naming the bad field and
-        what it should be.
+        for ``step_rewards`` / ``tool_results`` / ``turn_obs_keys``, be long enough for every row's turns). A batch
+        with truncated rows needs ``bootstrap_values`` wherever it needs ``values``. Raises ValueError naming the
+        bad field and what it should be.
         """
         _check_token_tensors(self)
         for name in needs:
@@ -129,18 +132,20 @@ def _check_row_tensors(inp: AdvantageInputs, needs: tuple[str, ...]) -> None:
         t = getattr(inp, name)
         if t is not None and (not isinstance(t, Tensor) or tuple(t.shape) != (B,)):
             raise ValueError(f"{name} must be a ({B},) tensor (one entry per trajectory), got {_desc(t)}")
-    check_steps = inp.step_rewards is not None and "step_rewards" in needs
+    per_turn = [n for n in ("step_rewards", "tool_results") if getattr(inp, n) is not None and n in needs]
     check_keys = inp.turn_obs_keys is not None and "turn_obs_keys" in needs
-    if not (check_steps or check_keys):
+    if not (per_turn or check_keys):
         return
     num_turns = inp.num_turns
     k_needed = int(num_turns.max()) if B else 0
-    if check_steps:
-        s = inp.step_rewards
+    for name in per_turn:
+        s = getattr(inp, name)
         if not isinstance(s, Tensor) or s.dim() != 2 or s.shape[0] != B or s.shape[1] < k_needed:
             raise ValueError(
-                f"step_rewards must be a ({B}, K) tensor with K >= the number of turns ({k_needed}), got {_desc(s)}"
+                f"{name} must be a ({B}, K) tensor with K >= the number of turns ({k_needed}), got {_desc(s)}"
             )
+        if name == "tool_results" and s.is_floating_point():
+            raise ValueError(f"tool_results must be a bool tensor (turn k received a tool result), got {s.dtype}")
     if check_keys:
         keys = inp.turn_obs_keys
         if len(keys) != B:

@@ -226,37 +226,54 @@ def _turn_fill(d: _Rows, per_turn: list[list[float]]):
     return adv, [row[:] for row in adv]
 
 
-def _per_turn_scores(d: _Rows, x: list[list[float]], *, eps, norm_by_std):
-    """Ahat_k of x[i][k] over the group's rows that have a turn k."""
-    keys, vals, where = [], [], []
-    for i in range(len(d.rows)):
-        for k in range(len(d.turns(i))):
-            keys.append(None if d.failed[i] else (d.group[i], k))
-            vals.append(x[i][k])
-            where.append((i, k))
-    scores = _group_scores([("failed", j) if k is None else k for j, k in enumerate(keys)], vals, eps=eps,
-                           norm_by_std=norm_by_std)
-    scores = [0.0 if k is None else s for k, s in zip(keys, scores, strict=True)]
-    out = [[0.0] * len(d.turns(i)) for i in range(len(d.rows))]
-    for (i, k), s in zip(where, scores, strict=True):
-        out[i][k] = s
+def _column_scores(d: _Rows, x: list[list[float]], *, eps, norm_by_std):
+    """Ahat_k of x[i][k] over all the group's valid rows, a row without a turn k counting 0 (None: failed rows)."""
+    n_cols = max((len(d.turns(i)) for i in range(len(d.rows))), default=0)
+    out = [[0.0] * n_cols for _ in d.rows]
+    for k in range(n_cols):
+        col = [x[i][k] if k < len(d.turns(i)) else 0.0 for i in range(len(d.rows))]
+        scores = _group_scores_valid(d, d.group, col, eps=eps, norm_by_std=norm_by_std)
+        for i in range(len(d.rows)):
+            out[i][k] = scores[i]
     return out
+
+
+def _tool_flags(inp, d: _Rows) -> list[list[bool]]:
+    """Per row, per existing turn: did the turn receive a tool result."""
+    flags = inp.tool_results.tolist()
+    return [[bool(flags[i][k]) for k in range(len(d.turns(i)))] for i in range(len(d.rows))]
 
 
 def ms_grpo_ref(inp, *, step_advantage_coef=1.0, eps=1e-6, norm_by_std=True):
     d = _Rows(inp)
     rt, ro = inp.step_rewards.tolist(), inp.outcome_rewards.tolist()
+    got = _tool_flags(inp, d)
     a_out = _group_scores_valid(d, d.group, ro, eps=eps, norm_by_std=norm_by_std)
-    a_step = _per_turn_scores(d, rt, eps=eps, norm_by_std=norm_by_std)
-    per_turn = [[a_out[i] + step_advantage_coef * s for s in a_step[i]] for i in range(len(d.rows))]
+    a_step = _column_scores(d, rt, eps=eps, norm_by_std=norm_by_std)
+    per_turn = []
+    for i in range(len(d.rows)):
+        row = []
+        for k in range(len(d.turns(i))):
+            row.append(a_out[i] + step_advantage_coef * a_step[i][k] if got[i][k] else a_out[i])
+        per_turn.append(row)
     return _turn_fill(d, per_turn)
 
 
 def ms_po_ref(inp, *, discount_factor=1.0, eps=1e-6, norm_by_std=True):
     d = _Rows(inp)
     rt, ro = inp.step_rewards.tolist(), inp.outcome_rewards.tolist()
-    mixed = [[rt[i][k] + discount_factor * ro[i] for k in range(len(rt[i]))] for i in range(len(d.rows))]
-    return _turn_fill(d, _per_turn_scores(d, mixed, eps=eps, norm_by_std=norm_by_std))
+    got = _tool_flags(inp, d)
+    totals = [sum(rt[i][k] for k in range(len(d.turns(i)))) + discount_factor * ro[i] for i in range(len(d.rows))]
+    a_total = _group_scores_valid(d, d.group, totals, eps=eps, norm_by_std=norm_by_std)
+    a_out = _group_scores_valid(d, d.group, ro, eps=eps, norm_by_std=norm_by_std)
+    per_turn = []
+    for i in range(len(d.rows)):
+        row, seen = [], False
+        for k in range(len(d.turns(i))):
+            row.append(a_out[i] if seen else a_total[i])  # the turn that gets the first result is still before it
+            seen = seen or got[i][k]
+        per_turn.append(row)
+    return _turn_fill(d, per_turn)
 
 
 def gigpo_ref(inp, *, gamma=1.0, step_advantage_weight=1.0, eps=1e-6, norm_by_std=True):
@@ -310,6 +327,7 @@ def random_inputs(
     dense_reward_frac: float = 0.0,
     penalties: bool = False,
     failed_frac: float = 0.0,
+    no_tool_frac: float = 0.3,
     dtype=None,
     T: int | None = None,
 ) -> AdvantageInputs:
@@ -317,7 +335,9 @@ def random_inputs(
 
     Turn ends carry rewards (some exactly 0); with ``dense_reward_frac`` other model tokens get small rewards
     too. ``penalties`` adds random per-token ``token_penalties`` (like a KL penalty; garbage off model tokens);
-    ``failed_frac`` of the rows are marked ``failed``. Env/pad positions get random values *and* random rewards,
+    ``failed_frac`` of the rows are marked ``failed``. ``tool_results`` flags about half the turns of a row, except
+    in ``no_tool_frac`` of the rows, which receive no tool result; step rewards are random on flagged and unflagged
+    turns alike. Env/pad positions get random values *and* random rewards,
     which every estimator must ignore. Some rows are left-padded, some truncated (those end with an env
     observation; every row gets a random ``bootstrap_values`` entry, read only where truncated). Lengths are
     capped at ``T`` (default: the longest row) by dropping turns that do not fit.
@@ -367,6 +387,12 @@ def random_inputs(
     step = torch.rand(B, K, generator=g, dtype=torch.float64)
     step[torch.arange(K)[None, :] >= torch.tensor(num_turns)[:, None]] = 0.0
     dt = dtype or torch.float64
+    tool_rng = random.Random(f"tool_results {seed}")  # its own stream: the other fields do not depend on it
+    tools = torch.zeros(B, K, dtype=torch.bool)
+    for b in range(B):
+        n = max(num_turns[b], 0)
+        if tool_rng.random() >= no_tool_frac:
+            tools[b, :n] = torch.tensor([tool_rng.random() < 0.5 for _ in range(n)], dtype=torch.bool)
     return AdvantageInputs(
         token_rewards=rewards.to(dt),
         response_mask=response_mask,
@@ -376,6 +402,7 @@ def random_inputs(
         truncated=torch.tensor([t for _, t, _ in rows]),
         step_rewards=step.to(dt),
         outcome_rewards=torch.randint(0, 3, (B,), generator=g).to(dt) / 2,
+        tool_results=tools,
         turn_obs_keys=[[f"s{rng.randint(0, 2)}" for _ in range(max(num_turns[b], 0))] for b in range(B)],
         attention_mask=attn,
         bootstrap_values=torch.randn(B, generator=g, dtype=torch.float64).to(dt),

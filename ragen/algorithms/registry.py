@@ -160,14 +160,14 @@ def _reinforce_pp_adapter(inp: AdvantageInputs, *, gamma, eps):
 
 def _ms_grpo_adapter(inp: AdvantageInputs, *, step_advantage_coef, eps, norm_by_std):
     return _tc.ms_grpo(
-        inp.step_rewards, inp.outcome_rewards, inp.response_mask, inp.turn_ids, inp.group_ids,
+        inp.step_rewards, inp.outcome_rewards, inp.tool_results, inp.response_mask, inp.turn_ids, inp.group_ids,
         step_advantage_coef=step_advantage_coef, eps=eps, norm_by_std=norm_by_std, failed=inp.failed,
     )
 
 
 def _ms_po_adapter(inp: AdvantageInputs, *, discount_factor, eps, norm_by_std):
     return _tc.ms_po(
-        inp.step_rewards, inp.outcome_rewards, inp.response_mask, inp.turn_ids, inp.group_ids,
+        inp.step_rewards, inp.outcome_rewards, inp.tool_results, inp.response_mask, inp.turn_ids, inp.group_ids,
         discount_factor=discount_factor, eps=eps, norm_by_std=norm_by_std, failed=inp.failed,
     )
 
@@ -180,7 +180,7 @@ def _gigpo_adapter(inp: AdvantageInputs, *, gamma, step_advantage_weight, eps, n
     )
 
 
-_STEP_SPLIT = ("step_rewards", "outcome_rewards", "group_ids")
+_STEP_SPLIT = ("step_rewards", "outcome_rewards", "tool_results", "group_ids")
 register_estimator("gae", _gae_adapter, needs=("values",))
 register_estimator("turn_gae", _turn_gae_adapter, needs=("values",))
 register_estimator("bilevel_gae", _bilevel_gae_adapter, needs=("values",))

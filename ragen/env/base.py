@@ -11,7 +11,9 @@ An environment is a small object that plays one episode at a time:
 ``StepResult.info`` always carries ``action_is_valid``, ``action_is_effective`` and ``success``.
 Environments with turn-level credit (e.g. ``search_qa``) add ``step_reward`` and ``outcome_reward`` to
 ``info`` and say so with the class attribute ``STEP_OUTCOME_SPLIT = True`` (read by config validation before
-any worker starts); the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``.
+any worker starts); the agent proxy collects them into the batch's ``step_rewards`` / ``outcome_rewards``. They
+also set ``info["tool_result"]`` (bool): this step returned a tool's output to the agent (absent = False). MS-GRPO
+and MS-PO place the step credit by this flag (the batch's ``tool_results``), never by the step reward's value.
 Invalid or garbage actions never raise: they return ``action_is_valid=False`` and leave the state as is.
 
 Optional: ``expert_action() -> str``, the action a good (ideally optimal) player takes in the *current* state,

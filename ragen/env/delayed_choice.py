@@ -12,7 +12,8 @@ is the *first* one and its reward arrives ``num_turns - 1`` turns later, on a tu
 The option order is shuffled by the seed, and nothing in the text says which door is good: it is learnt from
 reward alone (like the bandit's arms). Any answer that is not one of the offered options ends the episode with
 reward 0 (``action_is_valid=False``). Deterministic per seed; no randomness in the reward. Every step reports
-the step / outcome split of MS-GRPO: step reward 0 on every turn, the outcome reward on the last one.
+the step / outcome split of MS-GRPO: step reward 0 on every turn, the outcome reward on the last one, and no tool
+result (``tool_result=False``: there is no tool).
 Expert (``expert_action``): ``good_door`` on the first turn, then the first chest offered (chests change nothing).
 """
 
@@ -22,6 +23,11 @@ import random
 
 from ragen.env.base import StepResult, register
 from ragen.env.text_utils import finished_step, match_choice, require_active, require_reset, step_info
+
+
+def _split(outcome: float) -> dict[str, object]:
+    """The step / outcome split of one step: no step reward and no tool result ever, ``outcome`` at the end."""
+    return {"step_reward": 0.0, "outcome_reward": outcome, "tool_result": False}
 
 
 @register("delayed_choice")
@@ -84,7 +90,7 @@ class DelayedChoiceEnv:
         if choice is None:
             self._done = True
             obs = f"Invalid answer {str(action)[:40]!r}: the options were {self.legal_actions()}. The episode is over."
-            return StepResult(obs, 0.0, True, step_info(False, False, False, step_reward=0.0, outcome_reward=0.0))
+            return StepResult(obs, 0.0, True, step_info(False, False, False, **_split(0.0)))
         if self._turn == 0:
             self._door = choice
         self._turn += 1
@@ -92,10 +98,10 @@ class DelayedChoiceEnv:
             self._done = True
             reward = self.payout if self._success() else 0.0
             obs = f"You opened {choice}. " + ("You found the treasure!" if reward else "The castle is empty.")
-            info = step_info(True, True, self._success(), door=self._door, step_reward=0.0, outcome_reward=reward)
+            info = step_info(True, True, self._success(), door=self._door, **_split(reward))
             return StepResult(obs, reward, True, info)
         self._options = self._shuffled(self.chests)
-        info = step_info(True, True, False, step_reward=0.0, outcome_reward=0.0)
+        info = step_info(True, True, False, **_split(0.0))
         return StepResult(f"You opened {choice}. " + self._render(), 0.0, False, info)
 
     def _success(self) -> bool:

@@ -192,8 +192,9 @@ class AlgorithmSection:
     ``archer`` section, the estimator keys are not read).
 
     The scalars are passed to ``compute_advantage`` as is. ``kl_in_reward`` subtracts ``kl_coef * KL_kind(pi_old ||
-    pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``). ``rollout_filter_ratio`` keeps that
-    fraction of groups, those with the highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all).
+    pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``, the only one for ``ms_grpo`` /
+    ``ms_po``, which read no token rewards). ``rollout_filter_ratio`` keeps that fraction of groups, those with the
+    highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all).
     ``use_step_reward=false`` trains on the outcome reward only: each turn's step reward is taken out of the token
     rewards (envs with a step / outcome split, e.g. search_qa; MS-GRPO's "GRPO on the outcome reward" baseline).
     """

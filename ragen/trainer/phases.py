@@ -84,8 +84,8 @@ def advantage_inputs(
     return AdvantageInputs(
         token_rewards=batch.token_rewards.float(), response_mask=batch.response_mask, turn_ids=batch.turn_ids,
         values=None if values is None else values.float(), group_ids=batch.group_ids, truncated=batch.truncated,
-        step_rewards=batch.step_rewards, outcome_rewards=batch.outcome_rewards, turn_obs_keys=batch.turn_obs_keys,
-        attention_mask=batch.attention_mask,
+        step_rewards=batch.step_rewards, outcome_rewards=batch.outcome_rewards, tool_results=batch.tool_results,
+        turn_obs_keys=batch.turn_obs_keys, attention_mask=batch.attention_mask,
         bootstrap_values=None if bootstrap_values is None else bootstrap_values.float(),
         token_penalties=token_penalties, failed=excluded_rows(batch),
     )

@@ -68,7 +68,7 @@ def turn_layout_advantages(
         token_rewards=gather(batch.token_rewards.float()), response_mask=mask, turn_ids=gather(batch.turn_ids, -1),
         values=None if values is None else gather(values.float()), group_ids=pick(batch.group_ids),
         truncated=pick(batch.truncated), step_rewards=pick(batch.step_rewards),
-        outcome_rewards=pick(batch.outcome_rewards), attention_mask=mask,
+        outcome_rewards=pick(batch.outcome_rewards), tool_results=pick(batch.tool_results), attention_mask=mask,
         turn_obs_keys=None if batch.turn_obs_keys is None else [batch.turn_obs_keys[i] for i in first],
         bootstrap_values=None if bootstrap_values is None else bootstrap_values.float()[idx],
         token_penalties=None if token_penalties is None else gather(token_penalties.float()),

@@ -31,6 +31,10 @@ KL_KINDS = ("k1", "k2", "k3")
 SKIP_ENV_ESTIMATORS = ("gae", "weighted_gae")
 # Estimators that read the step / outcome reward split (``ragen.env.reports_step_split``).
 STEP_SPLIT_ESTIMATORS = ("ms_grpo", "ms_po")
+# Estimators whose advantages never read ``AdvantageInputs.token_penalties`` (they score R^T / R^O only), so
+# ``algorithm.kl_in_reward`` would build a reference model and log a penalty that changes nothing. The authors'
+# MS-GRPO / MS-PO trainers add KL as a loss term (GRPO's beta), never to the rewards.
+PENALTY_FREE_ESTIMATORS = ("ms_grpo", "ms_po")
 
 
 def _estimators() -> tuple[str, ...]:
@@ -92,6 +96,10 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
                    "set critic.enable=true (or null) or pick a critic-free estimator such as grpo")
     if alg.estimator in STEP_SPLIT_ESTIMATORS or not alg.use_step_reward:
         out += _check_step_split(cfg)
+    if alg.kl_in_reward and alg.estimator in PENALTY_FREE_ESTIMATORS:
+        out.append(f"algorithm.kl_in_reward=true has no effect with algorithm.estimator={alg.estimator!r}: its "
+                   "advantages read only the step and outcome rewards, not per-token penalties; set "
+                   "algorithm.kl_in_reward=false and, for a KL term, actor.use_kl_loss=true (actor.kl_loss_coef)")
     if alg.estimator in GROUP_ESTIMATORS and cfg.rollout.group_size < 2:
         out.append(f"algorithm.estimator={alg.estimator!r} normalises within env groups and needs "
                    f"rollout.group_size >= 2, got {cfg.rollout.group_size}")

@@ -21,15 +21,18 @@ def char_tok() -> PreTrainedTokenizerFast:
 class LineEnv:
     """Walk on a line with actions ``left``/``right``; reward of step j is ``rewards[j]``; done after ``horizon``.
 
-    ``fail_on`` = "reset" / "step" raises in that call for odd seeds; ``split`` reports step/outcome rewards.
+    ``fail_on`` = "reset" / "step" raises in that call for odd seeds; ``split`` reports step/outcome rewards, and
+    ``tool_result`` = ``tools[j]`` on step j when ``tools`` is given (cycled like ``rewards``).
     """
 
     instructions = "Walk on a line."
 
     def __init__(
-        self, rewards: tuple = (1.0, 0.0, 2.0), horizon: int = 3, fail_on: str = "", split: bool = False
+        self, rewards: tuple = (1.0, 0.0, 2.0), horizon: int = 3, fail_on: str = "", split: bool = False,
+        tools: tuple = (),
     ) -> None:
         self.rewards, self.horizon, self.fail_on, self.split = tuple(rewards), horizon, fail_on, split
+        self.tools = tuple(tools)
         self.pos, self.steps, self.seed = 0, 0, 0
 
     def reset(self, seed: int) -> str:
@@ -57,4 +60,6 @@ class LineEnv:
         info = {"action_is_valid": True, "action_is_effective": True, "success": done}
         if self.split:
             info.update(step_reward=reward, outcome_reward=10.0 if done else 0.0)
+            if self.tools:
+                info.update(tool_result=bool(self.tools[(self.steps - 1) % len(self.tools)]))
         return StepResult(f"pos={self.pos}", reward, done, info)

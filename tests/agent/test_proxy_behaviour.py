@@ -167,6 +167,21 @@ def test_step_and_outcome_rewards_are_collected(char_tok, fake_engine):
     assert batch.step_rewards.tolist() == [[1.0, 0.0, 2.0]]
     assert batch.outcome_rewards.tolist() == [10.0]
     assert torch.equal(batch.token_rewards.sum(1), batch.turn_rewards.sum(1))
+    assert batch.tool_results.tolist() == [[False, False, False]]  # the env sets no tool_result: none
+
+
+@pytest.mark.parametrize("layout", ["trajectory", "turn"])
+def test_tool_result_flags_come_from_the_env_not_the_step_reward(char_tok, fake_engine, layout):
+    """The env's ``tool_result`` of each turn reaches the batch as it is: here the tool turn is the one with step
+    reward 0, and the turns with step rewards 1 and 2 received no tool result."""
+    engine = fake_engine(fixed(char_tok, "<answer>right</answer>"))
+    cfg = AgentConfig(max_turn=3, think=False, layout=layout, max_context_window=1 if layout == "turn" else None)
+    spec = EnvGroupSpec("test_line", {"split": True, "tools": (False, True, False)}, 1, 2)
+    batch = AgentProxy(engine, char_tok, cfg, [spec], []).rollout()
+    assert batch.step_rewards.tolist() == [[1.0, 0.0, 2.0]] * batch.batch_size
+    assert batch.tool_results.dtype == torch.bool
+    assert batch.tool_results.tolist() == [[False, True, False]] * batch.batch_size
+    assert batch.select([1]).tool_results.tolist() == [[False, True, False]]
 
 
 def test_format_penalty_is_part_of_the_step_reward(char_tok, fake_engine):

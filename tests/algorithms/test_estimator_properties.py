@@ -39,6 +39,7 @@ def test_nothing_off_the_model_tokens_is_read(name):
         token_penalties=inp.token_penalties.masked_fill(off, NAN),
         bootstrap_values=inp.bootstrap_values.masked_fill(~inp.truncated, NAN),
         step_rewards=inp.step_rewards.masked_fill(past_last_turn, NAN),
+        tool_results=inp.tool_results | past_last_turn,
     )
     assert bool(past_last_turn.any()) and bool((~inp.truncated).any())
     assert_same(compute_advantage(name, inp, **PARAMS), compute_advantage(name, noisy, **PARAMS))
@@ -128,6 +129,7 @@ def test_batches_without_model_tokens_give_zeros(name):
             turn_ids=torch.full((B, T), -1), values=torch.randn(B, T), group_ids=torch.zeros(B, dtype=torch.long),
             truncated=torch.ones(B, dtype=torch.bool), bootstrap_values=torch.ones(B),
             step_rewards=torch.zeros(B, 0), outcome_rewards=torch.ones(B), turn_obs_keys=[[] for _ in range(B)],
+            tool_results=torch.zeros(B, 0, dtype=torch.bool),
             token_penalties=torch.ones(B, T), failed=torch.zeros(B, dtype=torch.bool),
         )
         for options in ({}, dict(lam=0.9, skip_env_tokens=False), dict(return_mode="reward_to_go"), dict(whiten=True)):
@@ -215,9 +217,11 @@ def test_unknown_estimator_lists_the_registered_ones():
 
 
 def test_missing_needed_field_is_named():
-    fields = dict(step_rewards=torch.zeros(1, 2), outcome_rewards=torch.zeros(1), turn_obs_keys=[["a", "b"]])
+    fields = dict(step_rewards=torch.zeros(1, 2), outcome_rewards=torch.zeros(1), turn_obs_keys=[["a", "b"]],
+                  tool_results=torch.zeros(1, 2, dtype=torch.bool))
     for field, name in [("values", "gae"), ("values", "bilevel_gae"), ("group_ids", "grpo"), ("group_ids", "rloo"),
-                        ("step_rewards", "ms_grpo"), ("outcome_rewards", "ms_po"), ("turn_obs_keys", "gigpo")]:
+                        ("step_rewards", "ms_grpo"), ("outcome_rewards", "ms_po"), ("tool_results", "ms_grpo"),
+                        ("tool_results", "ms_po"), ("turn_obs_keys", "gigpo")]:
         inp = replace(small(), **{**fields, field: None})
         with pytest.raises(ValueError, match=f"AdvantageInputs.{field} is None but this estimator needs it"):
             compute_advantage(name, inp)
@@ -265,6 +269,12 @@ def test_per_turn_inputs_are_checked_only_when_needed():
         compute_advantage("ms_grpo", short)
     with pytest.raises(ValueError, match="turn_obs_keys.0. has 1 keys but row 0 has 3 turns"):
         compute_advantage("gigpo", short)
+    few_flags = replace(inp, tool_results=inp.tool_results[:, :2])
+    compute_advantage("grpo", few_flags)
+    with pytest.raises(ValueError, match=r"tool_results must be a \(4, K\) tensor with K >= the number of turns \(3\)"):
+        compute_advantage("ms_po", few_flags)
+    with pytest.raises(ValueError, match="tool_results must be a bool tensor"):
+        compute_advantage("ms_grpo", replace(inp, tool_results=inp.step_rewards))  # step rewards are not flags
 
 
 def test_register_estimator_checks_and_forwards_only_declared_scalars():

@@ -275,7 +275,8 @@ def test_failed_rows_leave_the_group_statistics():
     # rloo among the valid rows: 1 - 0 = 1, 0 - 1 = -1 (with the failed row: 1 - 0 = 1, 0 - 0.5 = -0.5)
     torch.testing.assert_close(adv[:, 0], t(1.0, -1.0, 0.0))
     # ms_grpo: outcomes [1, 0, (0)] over the valid rows; step rewards constant -> 0
-    ms = replace(inp, step_rewards=t([0.3], [0.3], [5.0]), outcome_rewards=t(1.0, 0.0, 0.0))
+    ms = replace(inp, step_rewards=t([0.3], [0.3], [5.0]), outcome_rewards=t(1.0, 0.0, 0.0),
+                 tool_results=torch.ones(3, 1, dtype=torch.bool))
     adv, _ = check("ms_grpo", ms, eps=0.0)
     torch.testing.assert_close(adv[:, 0], t(0.5 ** 0.5, -(0.5 ** 0.5), 0.0))
 
@@ -288,6 +289,7 @@ def test_ms_grpo_and_ms_po_issue_reference():
         group_ids=torch.zeros(3, dtype=torch.long),
         step_rewards=t([0.7, 0.0], [0.2, 0.0], [0.0, 0.0]),
         outcome_rewards=t(1.0, 0.2, 0.0),
+        tool_results=torch.tensor([[True, False]] * 3),  # every row searched at turn 0 (row 2 found nothing)
     )
     adv, ret = check("ms_grpo", inp, eps=1e-4)
     # Ahat(R^O): R^O = [1.0, 0.2, 0.0], mean 0.4, deviations [0.6, -0.2, -0.4],
@@ -305,9 +307,9 @@ def test_ms_grpo_and_ms_po_issue_reference():
     # step_advantage_coef scales the step term only: turn 0 = Ahat(R^O) + 0.5 * Ahat_0(R^T) = [1.688226, ...]
     adv_half, _ = check("ms_grpo", inp, eps=1e-4, step_advantage_coef=0.5)
     torch.testing.assert_close(adv_half[:, 0], t(1.6882, -0.5165, -1.1717), atol=1e-4, rtol=0)
-    # ms_po, d = 1: turn 0 normalises R^T_0 + R^O = [1.7, 0.4, 0.0] (mean 0.7, deviations [1.0, -0.3, -0.7],
-    #   unbiased std sqrt((1 + 0.09 + 0.49) / 2) = sqrt(0.79) = 0.888819) -> [1.124961, -0.337488, -0.787473];
-    #   turn 1 normalises 0 + R^O -> Ahat(R^O) as above
+    # ms_po, d = 1: turn 0 (up to the tool result) normalises R^T + R^O = [1.7, 0.4, 0.0] (R^T = R^T_0 + R^T_1;
+    #   mean 0.7, deviations [1.0, -0.3, -0.7], unbiased std sqrt((1 + 0.09 + 0.49) / 2) = sqrt(0.79) = 0.888819)
+    #   -> [1.124961, -0.337488, -0.787473]; turn 1 (after it) gets Ahat(R^O) as above
     adv_po, _ = check("ms_po", inp, eps=1e-4, discount_factor=1.0)
     torch.testing.assert_close(adv_po[:, 0], t(1.1250, -0.3375, -0.7875), atol=1e-4, rtol=0)
     torch.testing.assert_close(adv_po[:, 3], adv[:, 3])

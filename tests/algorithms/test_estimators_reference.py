@@ -1,7 +1,7 @@
 """Vectorised estimators vs the plain per-token Python-loop references (ragen.algorithms.reference) on random
 batches: 1-4 turns per row, env gaps, left and right padding, truncated rows (with ``bootstrap_values``),
-zero-reward turns, dense rewards, per-token penalties, failed rows, and garbage values / rewards / penalties on env
-and pad tokens.
+rows with and without tool results (``tool_results``), zero-reward turns, dense rewards, per-token penalties,
+failed rows, and garbage values / rewards / penalties on env and pad tokens.
 
 Option grids list only combinations that change what is computed: each estimator gets the scalars it declares.
 """
@@ -34,6 +34,11 @@ def batch(seed, dtype, extras):
     """A random batch; ``extras`` adds per-token penalties and failed rows (else both fields are None)."""
     inp = random_inputs(12, seed=seed, dense_reward_frac=0.3, penalties=extras, failed_frac=0.25 if extras else 0.0,
                         dtype=dtype)
+    turns, flagged = inp.num_turns, inp.tool_results.any(dim=1)
+    # mixed lengths within a group, rows without any tool result, and unflagged turns with a nonzero step reward
+    assert any(len(set(turns[inp.group_ids == g].tolist())) > 1 for g in inp.group_ids.unique())
+    assert bool((~flagged & (turns > 0)).any()) and bool(flagged.any())
+    assert bool(((inp.step_rewards != 0) & ~inp.tool_results).any())
     if extras:
         assert bool(inp.failed.any()) and bool(inp.truncated.any())
         return inp

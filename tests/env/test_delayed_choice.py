@@ -23,6 +23,7 @@ def test_reward_comes_after_the_last_turn_and_depends_only_on_the_first_choice(d
         assert last.done and last.reward == (1.0 if door == "right" else 0.0)
         assert last.info["success"] is (door == "right")
         assert last.info["outcome_reward"] == last.reward and first.info["step_reward"] == 0.0
+        assert first.info["tool_result"] is False and last.info["tool_result"] is False  # there is no tool
 
 
 def test_order_is_shuffled_by_seed_and_deterministic():

@@ -129,6 +129,27 @@ def test_tool_errors_are_results_not_exceptions():
     assert result.info["tool_calls_left"] == 2  # errors count toward the budget
 
 
+def test_tool_result_flag_marks_turns_whose_search_ran(env):
+    """``tool_result`` is set by what the turn did, not by its step reward: a search whose first passage misses the
+    answer still returns a result; a turn of failed calls, an answer and an invalid action return none."""
+    env.reset(seed_of(env, "q000"))
+    failed = env.step('<tool>{"name": "nope"}</tool>')
+    assert failed.info["tool_result"] is False and failed.info["step_reward"] == 0.0
+    env.reset(seed_of(env, "q000"))
+    found = env.step(search("capital of Pakistan"))
+    assert found.info["tool_result"] is True and found.info["step_reward"] == pytest.approx(0.7)
+    answer = env.step("<answer>Islamabad</answer>")
+    assert answer.info["tool_result"] is False
+    env.reset(seed_of(env, "q000"))
+    missed = env.step(search("second highest mountain K2"))
+    assert missed.info["tool_result"] is True and not missed.info["answer_in_first_result"]
+    mixed = env.step(search("capital of Pakistan") + '<tool>{"name": "nope"}</tool>')  # one of two calls runs
+    assert mixed.info["tool_result"] is True
+    strict = E.make("search_qa", bare_text_is_answer=False)
+    strict.reset(0)
+    assert strict.step("no tags").info["tool_result"] is False  # invalid
+
+
 def test_mixed_calls_in_one_turn(env):
     env.reset(seed_of(env, "q000"))
     result = env.step(search("capital of Pakistan") + '<tool>{"name": "nope"}</tool>')

@@ -1,9 +1,13 @@
 """Each validation rule has a config that triggers it, and its message names the key."""
 
 import importlib.util
+from dataclasses import replace
 
 import pytest
+import torch
 
+from ragen.algorithms import ADVANTAGE_ESTIMATORS, compute_advantage
+from ragen.algorithms.reference import random_inputs
 from ragen.trainer.compose import compose, to_train_config
 from ragen.trainer.config import ConfigError
 from ragen.trainer.validate import validate
@@ -207,3 +211,32 @@ def test_vllm_section_reaches_the_frozen_config():
     cfg = to_train_config(compose("base", ["rollout.vllm.gpu_memory_utilization=0.7", "rollout.vllm.max_num_seqs=32"]))
     assert (cfg.rollout.vllm.gpu_memory_utilization, cfg.rollout.vllm.max_num_seqs) == (0.7, 32)
     assert cfg.rollout.vllm.placement == "colocated" and cfg.rollout.vllm.enable_sleep_mode is True
+
+
+def _reads_penalties(name: str) -> bool:
+    """Whether estimator ``name``'s advantages change with per-token penalties (the KL-in-reward path)."""
+    inp = random_inputs(12, seed=1, penalties=True)
+    with_pen, _ = compute_advantage(name, inp)
+    without, _ = compute_advantage(name, replace(inp, token_penalties=None))
+    return not torch.allclose(with_pen, without)
+
+
+@pytest.mark.parametrize("name", sorted(ADVANTAGE_ESTIMATORS))
+def test_kl_in_reward_is_rejected_exactly_for_estimators_that_ignore_penalties(name):
+    """``algorithm.kl_in_reward`` reaches the estimators as ``token_penalties``; where an estimator's advantages
+    do not change with them, the setting would only build a reference model, so validation rejects it and points
+    to ``actor.use_kl_loss``. Which estimators ignore them is measured, not listed."""
+    overrides = [f"algorithm={name}", "algorithm.kl_in_reward=true", "env=search_qa"]
+    cfg = to_train_config(compose("base", _with_pinned(overrides)))
+    if _reads_penalties(name):
+        validate(cfg)
+        return
+    assert name in ("ms_grpo", "ms_po")
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    text = str(info.value)
+    assert f"algorithm.kl_in_reward=true has no effect with algorithm.estimator='{name}'" in text, text
+    assert "actor.use_kl_loss=true" in text and len(info.value.problems) == 1
+    # the KL loss term is the supported way, and kl_in_reward=false is accepted
+    validate(to_train_config(compose("base", _with_pinned([*overrides[:1], "env=search_qa",
+                                                            "actor.use_kl_loss=true"]))))

@@ -19,7 +19,9 @@ Answer turn (ends the episode):
                    + xml_score    if every tool/answer(/think) tag in all the episode's actions was balanced
 
 StepResult.reward = step_reward + outcome_reward; both parts are in ``info`` (``step_reward``,
-``outcome_reward``) for estimators with turn-level credit (ms_grpo / ms_po). success = exact match.
+``outcome_reward``) for estimators with turn-level credit (ms_grpo / ms_po), with ``tool_result``: at least one
+search call of this turn ran and returned its passages (a turn whose calls all failed with ``Error: ...`` has none;
+answer and invalid turns have none). success = exact match.
 Defaults: tool 0.2, retrieval 0.5, contains 0.5, exact 1.0, format 0.2, xml 0.2.
 Invalid actions (empty text; bare text when ``bare_text_is_answer`` is false; anything after the end)
 change nothing and score 0.
@@ -223,7 +225,8 @@ class SearchQAEnv:
         correctness = max(w["exact"] if em else 0.0, w["contains"] if contains else 0.0)
         outcome = correctness + (w["format"] if well_formed else 0.0) + (w["xml"] if self.tags_ok else 0.0)
         self.done = True
-        info = self._info(True, True, em, 0.0, outcome, exact_match=em, answer=answer, format_ok=well_formed)
+        info = self._info(True, True, em, 0.0, outcome, exact_match=em, answer=answer, format_ok=well_formed,
+                          tool_result=False)
         return StepResult(f"Your answer: {answer}\nThe episode is over.", outcome, True, info)
 
     def _tool_turn(self, calls: tuple[str | None, ...]) -> StepResult:
@@ -247,7 +250,7 @@ class SearchQAEnv:
         if self.done:
             observation += "\nNo searches left; the episode is over without an answer."
         info = self._info(True, successes > 0, False, step, outcome, tool_calls=len(calls), tool_successes=successes,
-                          answer_in_first_result=retrieved)
+                          answer_in_first_result=retrieved, tool_result=successes > 0)
         return StepResult(observation, step + outcome, self.done, info)
 
     def _run_call(self, raw: str | None) -> tuple[bool, str, str | None]:
@@ -282,5 +285,5 @@ class SearchQAEnv:
         }
 
     def _invalid(self, reason: str) -> StepResult:
-        info = self._info(False, False, False, 0.0, 0.0)
+        info = self._info(False, False, False, 0.0, 0.0, tool_result=False)
         return StepResult(f"Invalid action: {reason}.", 0.0, self.done, info)

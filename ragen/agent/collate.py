@@ -15,6 +15,13 @@ Layouts (DESIGN.md, "Two layouts"):
 
 An episode that failed before its first turn has a one-token placeholder row (pad id, attention 1, no
 model token), so every episode keeps a row and attention never covers an empty row.
+
+Turn ids number the turns that have model tokens, 0..n-1 in order (the estimators' contract). A turn whose response
+has no token (an engine that returned an empty sample) is no decision the trainer can credit: its rewards are
+merged into the previous turn with tokens (into the first one for leading empty turns), so every reward still
+reaches the estimators; the per-turn fields (``turn_rewards``, ``step_rewards``, ``tool_results``,
+``turn_obs_keys``) are indexed by that turn id (``num_turns`` still counts the env's turns). Without empty
+turns the numbering is the env's.
 """
 
 from __future__ import annotations
@@ -42,23 +49,47 @@ class _Row:
     turn: int  # -1: whole trajectory (or placeholder)
 
 
+def turn_map(ctx: EpisodeContext | None, n_turns: int) -> list[int]:
+    """The trained turn id of each of the episode's ``n_turns`` env turns (module docstring): turns with model
+    tokens are numbered 0, 1, ... in order; an empty turn takes the id of the previous turn with tokens, a leading
+    one that of the first (0)."""
+    sizes = [len(ctx.responses[k][0]) if ctx is not None and k < len(ctx.responses) else 0 for k in range(n_turns)]
+    out, last = [], -1
+    for n in sizes:
+        last += n > 0
+        out.append(max(last, 0))
+    return out
+
+
+def _merged(values: list, index: list[int], width: int, combine=sum) -> list:
+    """Per-turn ``values`` (one per env turn) regrouped by trained turn id (``index``), ``width`` long."""
+    groups: list[list] = [[] for _ in range(width)]
+    for v, t in zip(values, index, strict=False):
+        groups[t].append(v)
+    return [combine(g) if g else 0 for g in groups]
+
+
 def _rows(slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str,
           max_len: int) -> list[_Row]:
-    """The rows of both layouts, each at most ``max_len`` tokens (no pass over the batch runs past the budget)."""
+    """The rows of both layouts, each at most ``max_len`` tokens (no pass over the batch runs past the budget),
+    model tokens labelled with their trained turn id (:func:`turn_map`)."""
     rows: list[_Row] = []
     for e, ctx in enumerate(contexts):
         if ctx is None or (layout == "turn" and ctx.num_turns == 0):
             rows.append(_Row([pad_id], [0.0], [-1], e, -1))
-        elif layout == "trajectory":
+            continue
+        tmap = turn_map(ctx, ctx.num_turns)
+        if layout == "trajectory":
             n = len(ctx.trained_ids(max_len))
-            rows.append(_Row(ctx.ids[:n], ctx.log_probs[:n], ctx.turn_ids[:n], e, -1))
-        else:
-            for k, (resp, lps) in enumerate(ctx.responses):
-                prompt = ctx.turn_prompts[k]
-                close = [] if resp and resp[-1] == ctx.fmt.eot_id else [ctx.fmt.eot_id]
-                ids = (prompt + resp + close)[:max_len]  # only an appended closing token can pass the budget
-                rows.append(_Row(ids, ([0.0] * len(prompt) + lps + [0.0] * len(close))[:max_len],
-                                 ([-1] * len(prompt) + [k] * len(resp) + [-1] * len(close))[:max_len], e, k))
+            rows.append(_Row(ctx.ids[:n], ctx.log_probs[:n], [tmap[k] if k >= 0 else -1 for k in ctx.turn_ids[:n]],
+                             e, -1))
+            continue
+        for k, (resp, lps) in enumerate(ctx.responses):
+            prompt = ctx.turn_prompts[k]
+            close = [] if resp and resp[-1] == ctx.fmt.eot_id else [ctx.fmt.eot_id]
+            ids = (prompt + resp + close)[:max_len]  # only an appended closing token can pass the budget
+            rows.append(_Row(ids, ([0.0] * len(prompt) + lps + [0.0] * len(close))[:max_len],
+                             ([-1] * len(prompt) + [tmap[k]] * len(resp) + [-1] * len(close))[:max_len], e, k))
     return rows
 
 
@@ -73,6 +104,7 @@ def build_batch(
     rows = _rows(slots, contexts, pad_id, layout, max_len or (1 << 62))
     cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
     masked = [c and layout == "trajectory" for c in cut]  # a cut trajectory row is not what the model saw
+    maps = [turn_map(ctx, len(slot.turn_rewards)) for slot, ctx in zip(slots, contexts, strict=True)]
     b, t = len(rows), max(len(r.ids) for r in rows)
     k_max = max(1, max(len(s.turn_rewards) for s in slots))
     input_ids = torch.full((b, t), pad_id, dtype=torch.long)
@@ -89,11 +121,11 @@ def build_batch(
         attention[i, :n] = 1
         turn_ids[i, :n] = torch.tensor(row.turn_ids, dtype=torch.long)
         log_probs[i, :n] = torch.tensor(row.log_probs, dtype=torch.float32)
-        nt = len(slot.turn_rewards)
-        turn_rewards[i, :nt] = torch.tensor(slot.turn_rewards, dtype=torch.float32)
-        step_rewards[i, :nt] = torch.tensor(slot.step_rewards, dtype=torch.float32)
-        tool_results[i, :nt] = torch.tensor(slot.tool_results, dtype=torch.bool)
-        for k, r in enumerate(slot.turn_rewards):
+        tmap = maps[row.episode]
+        turn_rewards[i] = torch.tensor(_merged(slot.turn_rewards, tmap, k_max), dtype=torch.float32)
+        step_rewards[i] = torch.tensor(_merged(slot.step_rewards, tmap, k_max), dtype=torch.float32)
+        tool_results[i] = torch.tensor(_merged(slot.tool_results, tmap, k_max, any), dtype=torch.bool)
+        for k, r in enumerate(turn_rewards[i, : max(tmap, default=-1) + 1].tolist()):
             pos = (turn_ids[i] == k).nonzero()
             if len(pos):  # the reward sits on the turn's last model token
                 token_rewards[i, int(pos[-1])] = r
@@ -122,7 +154,7 @@ def build_batch(
         step_rewards=step_rewards if split else None,
         outcome_rewards=torch.tensor([s.outcome_reward for s in picked], dtype=torch.float32) if split else None,
         tool_results=tool_results if split else None,
-        turn_obs_keys=[list(s.obs_keys) for s in picked],
+        turn_obs_keys=[_first_keys(slots[r.episode].obs_keys, maps[r.episode]) for r in rows],
         bootstrap_prompts=None if bootstrap is None else [list(bootstrap[r.episode]) for r in rows],
         episodes=[s.record for s in picked if s.record is not None],
         metrics=metrics,
@@ -133,6 +165,14 @@ def build_batch(
             "turn_index": torch.tensor([r.turn for r in rows], dtype=torch.long),
         },
     )
+
+
+def _first_keys(keys: list[str], index: list[int]) -> list[str]:
+    """The observation each trained turn acted on: that of its first env turn with model tokens (the decision)."""
+    out: dict[int, str] = {}
+    for key, t in zip(keys, index, strict=False):
+        out.setdefault(t, key)
+    return [out[t] for t in sorted(out)]
 
 
 def _context_cut_ratio(contexts: list[EpisodeContext | None]) -> float:

@@ -136,3 +136,36 @@ def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch, f
                       spec, []).rollout()
     assert turn.metrics["rollout/context_cut_ratio"] == 0.5
     assert (turn.response_mask.sum(dim=1) > 0).all()  # turn rows hold the exact prompts: all train
+
+
+@pytest.mark.parametrize("layout", ["trajectory", "turn"])
+def test_empty_response_keeps_its_reward_and_valid_turn_ids(char_tok, fake_engine, layout):
+    """An engine that returns an empty sample for turn 1: the turn's reward (the format penalty) is merged into turn
+    0, every reward reaches the token rewards, turn ids stay 0..n-1 and every estimator runs on the batch."""
+    from ragen.trainer.phases import advantages
+    from ragen.trainer.turn_layout import turn_layout_advantages
+
+    right = char_tok("<answer>right</answer>", add_special_tokens=False)["input_ids"]
+    right += [char_tok.convert_tokens_to_ids("<|end|>")]
+
+    def script(call, i, prompt):
+        return [] if call == 1 and i == 0 else right  # env 0's turn 1: an empty sample
+
+    spec = [EnvGroupSpec("test_line", {"rewards": (1.0, 0.5, 2.0)}, n_groups=1, group_size=2)]
+    cfg = AgentConfig(max_turn=3, think=False, max_new_tokens=64, layout=layout)
+    batch = AgentProxy(fake_engine(script), char_tok, cfg, spec, []).rollout()
+    first = {e: r for r, e in reversed(list(enumerate(batch.extra["episode_index"].tolist())))}
+    row0 = first[0]
+    # env 0: turn 0 steps right (reward 1.0), turn 1 is empty (format penalty -0.1), turn 2 steps right (0.5)
+    assert batch.num_turns[row0] == 3
+    assert batch.turn_rewards[row0].tolist() == pytest.approx([0.9, 0.5, 0.0])
+    rows0 = [r for r in range(batch.batch_size) if batch.extra["episode_index"][r] == 0]
+    assert float(batch.token_rewards[rows0].sum()) == pytest.approx(1.4)  # nothing lost
+    assert sorted(set(batch.turn_ids[rows0][batch.response_mask[rows0].bool()].tolist())) == [0, 1]
+    assert len(batch.turn_obs_keys[row0]) == 2
+    assert float(batch.token_rewards.sum()) == pytest.approx(float(batch.turn_rewards[list(first.values())].sum()))
+    values = (batch.input_ids % 5).float() / 5
+    estimate = advantages if layout == "trajectory" else turn_layout_advantages
+    for name in ("gae", "turn_gae", "bilevel_gae", "gigpo", "grpo"):
+        adv, _ = estimate(name, batch, values, whiten=False)
+        assert torch.isfinite(adv).all() and adv[batch.response_mask.bool()].abs().sum() > 0, name

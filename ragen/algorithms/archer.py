@@ -19,7 +19,7 @@ trainer.py``: ``ArcherTrainer.critic_loss`` / ``actor_loss``; ``archer/models/ch
   with A = min(Q1, Q2)(s, a_pi) - min(V1, V2)(s) of the online critic (clipped double Q)    -> :func:`advantage`
   target critic by Polyak averaging (tau)                                                   -> :func:`polyak_update`
   online CHAI (k samples, highest target min-Q), online filtered BC (reward quantile cut)  -> :func:`chai_pick`,
-                                                                                               :func:`filter_cutoff`
+                                                                        :func:`filter_cutoff`, :func:`filtered_bc_loss`
 Each tensor argument states its shape. Batches here are batches of *turns* (one row per (s, a) pair).
 """
 
@@ -50,22 +50,27 @@ def q_targets(rewards: Tensor, dones: Tensor, next_v_target: Tensor, gamma: floa
 def v_targets(q_target_on_policy: Tensor) -> Tensor:
     """Target of each V head (the utterance-level V objective): y_V = Qbar_i(s, a_pi) for a fresh action a_pi ~ pi(.|s).
 
-    q_target_on_policy: (N,) the target critic's Q_i of the state and a response the *current* policy sampled
-    for it (not the stored action: V is the value of the current policy). Returns (N,), detached.
+    q_target_on_policy: (N,) the target critic's Q_i of the state and the action the *current agent* takes there
+    (not the stored action: V is the value of the agent that acts; ArCHer: a sample of its policy; online CHAI:
+    its best of k samples by target min-Q, as the reference code's ``get_action`` of each agent). Returns (N,),
+    detached.
     """
     return q_target_on_policy.float().detach()
 
 
 def critic_loss(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor, yq1: Tensor, yq2: Tensor,
-                yv1: Tensor, yv2: Tensor) -> Tensor:
+                yv1: Tensor, yv2: Tensor, *, num_rows: float | None = None) -> Tensor:
     """Sum of the four mean-squared errors of the double critic (the Q and V objectives, one per head; the
     reference code backpropagates the same sum).
 
     q1, q2: (N,) online Q_i(s, a) of the stored action; v1, v2: (N,) online V_i(s); yq*, yv*: (N,) targets of
-    :func:`q_targets` / :func:`v_targets` computed with the matching target head. Returns a scalar.
+    :func:`q_targets` / :func:`v_targets` computed with the matching target head. ``num_rows`` divides the summed
+    squared errors (default N, the mean): a micro-batch of a mini-batch of M rows passes M, so the micro-batches'
+    losses (and gradients) add up to the mini-batch's. Returns a scalar.
     """
-    mse = torch.nn.functional.mse_loss
-    return mse(q1, yq1) + mse(q2, yq2) + mse(v1, yv1) + mse(v2, yv2)
+    denom = float(q1.shape[0]) if num_rows is None else float(num_rows)
+    sq = ((q1 - yq1) ** 2).sum() + ((q2 - yq2) ** 2).sum() + ((v1 - yv1) ** 2).sum() + ((v2 - yv2) ** 2).sum()
+    return sq / max(denom, 1.0)
 
 
 def advantage(q1: Tensor, q2: Tensor, v1: Tensor, v2: Tensor) -> Tensor:
@@ -107,16 +112,30 @@ def monte_carlo_returns(rewards: Sequence[float], gamma: float) -> list[float]:
 
 
 def filter_cutoff(rewards_seen: Tensor, quantile: float) -> float:
-    """Online filtered BC's bar: the ``quantile`` of all trajectory rewards seen so far (linear interpolation,
-    as ``torch.quantile``). Trajectories with reward >= the bar are imitated.
+    """Online filtered BC's bar: the ``quantile`` of the trajectory rewards (linear interpolation, as
+    ``torch.quantile`` and the reference code's ``np.quantile``). Trajectories with reward >= the bar are imitated.
 
-    rewards_seen: (M,) trajectory rewards, M >= 1. Rewards 0..9 at quantile 0.9 give 8.1 (only 9 passes).
+    rewards_seen: (M,) one reward per trajectory of the population the kept turns are drawn from
+    (:func:`trajectory_rewards` of the replay buffer), M >= 1. Rewards 0..9 at quantile 0.9 give 8.1 (only 9 passes).
     """
     if rewards_seen.numel() == 0:
         raise ValueError("filter_cutoff needs at least one trajectory reward")
     if not 0.0 <= quantile <= 1.0:
         raise ValueError(f"quantile={quantile} must be in [0, 1]")
     return float(torch.quantile(rewards_seen.double(), quantile))
+
+
+def trajectory_rewards(episodes: Tensor, traj_rewards: Tensor) -> Tensor:
+    """(M,) one reward per distinct trajectory, in order of first appearance: the population of
+    :func:`filter_cutoff` when the kept turns come from a set of turns (the replay buffer), so the bar is a
+    quantile of exactly the trajectories those turns belong to (a trajectory counts once whatever its length).
+
+    episodes: (N,) long, the trajectory id of each turn; traj_rewards: (N,) that trajectory's total reward.
+    """
+    seen: dict[int, float] = {}
+    for e, r in zip(episodes.tolist(), traj_rewards.tolist(), strict=True):
+        seen.setdefault(int(e), float(r))
+    return torch.tensor(list(seen.values()), dtype=torch.float64)
 
 
 def filtered_bc_keep(traj_rewards: Tensor, cutoff: float) -> Tensor:
@@ -127,13 +146,21 @@ def filtered_bc_keep(traj_rewards: Tensor, cutoff: float) -> Tensor:
     return traj_rewards.double() >= cutoff - 1e-9
 
 
+# ``archer.bc_loss_agg`` -> ``aggregate_loss`` mode
+BC_AGG_MODES = {"token-mean": "token-mean", "utterance-sum": "seq-mean-token-sum"}
+
+
 def filtered_bc_loss(log_probs: Tensor, mask: Tensor, *, agg: str = "token-mean", num_tokens: float | None = None,
                      num_seqs: float | None = None) -> Tensor:
-    """Online filtered BC is behaviour cloning on the kept turns: exactly ``ragen.algorithms.losses.bc_loss``.
+    """Online filtered BC is behaviour cloning on the kept turns (``ragen.algorithms.losses.bc_loss``).
 
     log_probs: (B, T) token log-probs at temperature 1; mask: (B, T) 1 on the kept turns' model tokens.
+    ``agg``: ``token-mean`` (NLL per demonstrated token over ``num_tokens``) or ``utterance-sum`` (each utterance's
+    summed NLL, mean over ``num_seqs`` utterances: the reference code's ``plain_bc_loss``, -mean_i sum_t log pi).
     """
-    return bc_loss(log_probs, mask, agg=agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    if agg not in BC_AGG_MODES:
+        raise ValueError(f"filtered BC loss aggregation {agg!r} is not one of {sorted(BC_AGG_MODES)}")
+    return bc_loss(log_probs, mask, agg=BC_AGG_MODES[agg], num_tokens=num_tokens, num_seqs=num_seqs)
 
 
 def reinforce_loss(log_probs: Tensor, advantages: Tensor, mask: Tensor, *, num_seqs: float | None = None,

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 ALGORITHMS = ("archer", "chai", "filtered_bc")
+BC_LOSS_AGGS = ("token-mean", "utterance-sum")
+GRAD_ACCUMS = ("mean", "sum_of_means")
 
 
 def uses_critic(name: str) -> bool:
@@ -44,11 +46,24 @@ class ArcherSection:
 
     Buffer: ``capacity`` turns (FIFO). Each iteration: ``critic_epochs`` critic mini-batches of ``batch_size``
     sampled turns; once ``iteration >= warmup_iter``, ``actor_epochs`` actor (or BC) mini-batches of ``batch_size``.
-    Critic targets: utterance-level discount ``gamma``, Polyak rate ``tau`` of the target critic.
+    Critic targets: utterance-level discount ``gamma``, Polyak rate ``tau`` of the target critic; V's target reads
+    the agent's own action (ArCHer: a policy sample; CHAI: its best of ``chai_candidates`` samples).
     ``chai_candidates``: online CHAI samples this many utterances per turn and plays the highest target min-Q.
-    ``filter_quantile``: online filtered BC imitates the turns of trajectories whose reward is >= this quantile
-    of all trajectory rewards seen. Actor option, off by default: ``ppo_clip`` (ratio clipping epsilon, null =
-    plain REINFORCE as in the paper).
+    ``filter_quantile``: online filtered BC imitates the turns of the buffer's trajectories whose reward is >= this
+    quantile of the rewards of the trajectories in the buffer. ``bc_loss_agg``: its loss, ``token-mean`` (NLL per
+    demonstrated token, the project's BC loss) or ``utterance-sum`` (NLL summed over each utterance, mean over
+    utterances: the reference code's ``plain_bc_loss``). Actor option, off by default: ``ppo_clip`` (ratio clipping
+    epsilon, null = plain REINFORCE as in the paper).
+
+    Gradient scale: ``grad_accum=mean`` steps on the mean loss of a mini-batch; ``sum_of_means`` is the reference
+    code's accumulation, which sums the mean losses of ``accum_micro_batches`` equal micro-batches (its
+    grad_accum_steps) before one clipped step, i.e. ``accum_micro_batches`` times the mean-loss gradient; the
+    grad-norm clip then acts on that larger gradient (:attr:`loss_scale`). ``critic_micro_batch_size``: the critic
+    accumulates each rank's share of a mini-batch over micro-batches of this many turns (null: one pass); the
+    gradient equals the one-pass gradient, only the memory peak changes.
+    ``offline_dialogues``: a JSON file of recorded dialogues in the reference code's format (Twenty Questions /
+    Guess My City, ``ragen.archer.dialogues``); the warm start (``trainer.sft_warmup_steps``) then imitates them
+    instead of the env's scripted expert.
     """
 
     capacity: int = 100000
@@ -61,6 +76,17 @@ class ArcherSection:
     chai_candidates: int = 5
     filter_quantile: float = 0.9
     ppo_clip: float | None = None
+    bc_loss_agg: str = "token-mean"
+    grad_accum: str = "mean"
+    accum_micro_batches: int = 1
+    critic_micro_batch_size: int | None = None
+    offline_dialogues: str | None = None
+
+    @property
+    def loss_scale(self) -> float:
+        """Factor on the mean loss of every critic / actor / BC mini-batch: ``accum_micro_batches`` under
+        ``grad_accum=sum_of_means`` (a sum of that many equal micro-batch means), 1 under ``mean``."""
+        return float(self.accum_micro_batches) if self.grad_accum == "sum_of_means" else 1.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -75,6 +101,21 @@ class ArcherSection:
             (0.0 <= self.filter_quantile <= 1.0, f"archer.filter_quantile={self.filter_quantile} must be in [0, 1]"),
             (self.ppo_clip is None or self.ppo_clip > 0,
              f"archer.ppo_clip={self.ppo_clip} must be > 0 (e.g. 0.2) or null (plain REINFORCE)"),
+            (self.bc_loss_agg in BC_LOSS_AGGS,
+             f"archer.bc_loss_agg={self.bc_loss_agg!r} must be one of {', '.join(BC_LOSS_AGGS)}"),
+            (self.grad_accum in GRAD_ACCUMS,
+             f"archer.grad_accum={self.grad_accum!r} must be one of {', '.join(GRAD_ACCUMS)}"),
+            (self.accum_micro_batches >= 1, f"archer.accum_micro_batches={self.accum_micro_batches} must be >= 1"),
+            (self.grad_accum == "sum_of_means" or self.accum_micro_batches == 1,
+             f"archer.accum_micro_batches={self.accum_micro_batches} has no effect with archer.grad_accum=mean; "
+             "set it to 1, or archer.grad_accum=sum_of_means (the reference's sum of micro-batch means)"),
+            (self.batch_size % max(self.accum_micro_batches, 1) == 0,
+             f"archer.accum_micro_batches={self.accum_micro_batches} must divide archer.batch_size="
+             f"{self.batch_size} (the reference sums the means of equal micro-batches)"),
+            (self.critic_micro_batch_size is None or self.critic_micro_batch_size >= 1,
+             f"archer.critic_micro_batch_size={self.critic_micro_batch_size} must be >= 1 or null (one pass)"),
+            (self.offline_dialogues is None or bool(str(self.offline_dialogues).strip()),
+             "archer.offline_dialogues is empty; give a JSON file of recorded dialogues or null"),
         ]
         problems = [msg for ok, msg in checks if not ok]
         if problems:

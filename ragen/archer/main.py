@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ragen.archer.config import ALGORITHMS, critic_problems, uses_critic
+from ragen.archer.dialogues import dialogue_problems
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import world_size
 
@@ -19,6 +20,13 @@ def check_archer(cfg: TrainConfig) -> list[str]:
         if ws >= 1 and a.batch_size % ws:
             out.append(f"archer.batch_size={a.batch_size} must be a multiple of trainer.critic_world_size={ws} "
                        "(each critic mini-batch is split evenly over the critic ranks)")
+    if not uses_critic(name) and a.critic_micro_batch_size is not None:
+        out.append(f"archer.critic_micro_batch_size={a.critic_micro_batch_size} has no effect: {name} trains no "
+                   "critic; set it to null")
+    if name != "filtered_bc" and a.bc_loss_agg != "token-mean":
+        out.append(f"archer.bc_loss_agg={a.bc_loss_agg!r} is online filtered BC's loss and has no effect with "
+                   f"algorithm.name={name}; leave it at token-mean")
+    out += dialogue_problems(cfg)
     if cfg.agent.layout != "turn":
         out.append(f"agent.layout={cfg.agent.layout!r}: the ArCHer family stores one replay record per turn with the "
                    "exact prompt the model saw; set agent.layout=turn")

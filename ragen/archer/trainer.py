@@ -6,12 +6,18 @@ With ``trainer.sft_warmup_steps`` > 0 the policy is first warm-started on the en
 the paper starts ArCHer from a behaviour-cloned policy too. Then per iteration, named and timed like
 ``PPOTrainer.train_step``::
 
-    rollout (agent proxy over the engine; CHAI re-ranks k candidates with the target critic)
+    rollout (agent proxy over the engine; CHAI re-ranks k candidates with the target critic, ``ragen.archer.chai``)
     -> store turns in the replay buffer
-    -> critic update (archer, chai: ``critic_epochs`` mini-batches, fresh a_pi for the V target)
+    -> critic update (archer, chai: ``critic_epochs`` mini-batches; the V target reads the agent's own fresh action:
+       a policy sample for ArCHer, the best of k samples for CHAI)
     -> actor update once iteration >= warmup_iter (archer: token-level REINFORCE with A = min Q - min V on fresh
-       actions; filtered_bc: BC on turns of trajectories at or above the reward quantile)
+       actions; filtered_bc: BC on the buffer's turns of trajectories at or above the reward quantile of the
+       buffer's trajectories)
     -> weight sync to the engine -> metrics, validation, checkpoint (buffer included)
+
+Validation rolls out every family member at ``rollout.val_temperature`` (greedy in the family's configs); CHAI's
+choice among k seeded candidates is deterministic there (``ragen.archer.chai``). With ``archer.offline_dialogues``
+the warm start imitates recorded dialogues (``ragen.archer.dialogues``) instead of the env's expert.
 
 NaN / inf never reaches the weights (issue 13, as in the PPO trainer: ``ragen.trainer.numerics``): turns whose
 reward or return is not finite never enter the replay buffer (where they would poison every later critic target),
@@ -36,7 +42,8 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from ragen.algorithms.archer import chai_select, filter_cutoff, filtered_bc_keep
+from ragen.algorithms.archer import filter_cutoff, filtered_bc_keep, trajectory_rewards
+from ragen.archer import chai, dialogues
 from ragen.archer.buffer import ReplayBuffer, Transition
 from ragen.archer.config import uses_critic
 from ragen.archer.critic import ArcherCriticWorker, CriticSettings
@@ -57,12 +64,12 @@ from ragen.utils.tracking import Tracker
 
 def critic_settings(cfg: TrainConfig) -> CriticSettings:
     """The critic worker's settings: the ``critic`` section's encoder / optimiser keys, the ``archer`` loop's
-    targets (gamma, tau) and mini-batch size."""
+    targets (gamma, tau), mini-batch and micro-batch sizes and loss scale."""
     a, c = cfg.archer, cfg.critic
     return CriticSettings(encoder=c.encoder, max_length=c.encoder_max_length, hidden=c.head_hidden, lr=c.lr,
                           weight_decay=c.weight_decay, betas=tuple(c.betas), eps=c.eps, grad_clip=c.grad_clip,
                           gamma=a.gamma, tau=a.tau, freeze_encoder=c.freeze_encoder, batch_size=a.batch_size,
-                          seed=c.seed)
+                          seed=c.seed, micro_batch_size=a.critic_micro_batch_size, loss_scale=a.loss_scale)
 
 
 def make_critic_group(cfg: TrainConfig, num_threads: int | None) -> Any:
@@ -89,7 +96,6 @@ class ArcherTrainer:
         self.history: list[dict[str, float]] = []
         self.workers: dict[str, Any] = {}
         self.buffer = ReplayBuffer(cfg.archer.capacity, seed=cfg.trainer.seed)
-        self.rewards_seen: list[float] = []
         self.episodes_seen = 0
         self.warm_started = False
         self.val_suffix = ""
@@ -133,7 +139,7 @@ class ArcherTrainer:
             last = self.validate()
             self._log(last, 0)
         if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
-            last = run_warm_start(self)
+            last = run_warm_start(self, proxy=self._warm_start_proxy())
             self.warm_started = True
             self.save_checkpoint()  # a crash in the ArCHer loop resumes after the warm start
         bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.algorithm.name, unit="iter",
@@ -171,7 +177,6 @@ class ArcherTrainer:
             records, rewards, dropped = drop_nonfinite(records, rewards)
             if dropped:
                 bad["rewards"] = dropped
-            self.rewards_seen.extend(rewards)
             self.buffer.add(records)
         metrics.update(self._rollout_metrics(records, rewards))
         if uses_critic(name) and a.critic_epochs > 0 and len(self.buffer):
@@ -210,13 +215,28 @@ class ArcherTrainer:
     def _fresh_actions(self, records: list[Transition], salt: int) -> list[Any]:
         """A new response of the current policy for each record's state (a_pi ~ pi(.|s)): engine samples."""
         prompts = [r.prompt_ids for r in records]
-        return self.engine.generate(prompts, self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.step * 31
-                                                             + salt))
+        return self.engine.generate(prompts, self._fresh_sampling(prompts, salt))
+
+    def _fresh_sampling(self, prompts: list[list[int]], salt: int) -> SamplingParams:
+        return self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.step * 31 + salt)
+
+    def _agent_actions(self, records: list[Transition], salt: int) -> list[Any]:
+        """The action the current agent takes in each record's state: ArCHer (and filtered BC) a sample of the
+        policy; online CHAI its best of ``archer.chai_candidates`` samples by target min-Q (what it plays)."""
+        if self.cfg.algorithm.name != "chai":
+            return self._fresh_actions(records, salt)
+        prompts = [r.prompt_ids for r in records]
+        return self._best_of_k(prompts, self._fresh_sampling(prompts, salt))
+
+    def _best_of_k(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
+        critic = self.workers["critic"]
+        return chai.best_of_k(self.engine, prompts, sampling, self.cfg.archer.chai_candidates, self._decode,
+                              lambda s, x: critic.call("target_min_q", states=s, actions=x))
 
     def _critic_update(self) -> dict[str, float]:
         a = self.cfg.archer
         sample = self.buffer.sample(a.critic_epochs * a.batch_size)
-        pi = [self._decode(list(s.token_ids)) for s in self._fresh_actions(sample, salt=1)]
+        pi = [self._decode(list(s.token_ids)) for s in self._agent_actions(sample, salt=1)]
         return self.workers["critic"].call(
             "update", states=[r.state for r in sample], actions=[r.action for r in sample],
             rewards=[r.reward for r in sample], next_states=[r.next_state for r in sample],
@@ -242,7 +262,7 @@ class ArcherTrainer:
                 continue
             tb = policy_batch([r.prompt_ids for r in sample], ids, self.proxy.pad_id, advantages=adv,
                               log_probs=log_probs)
-            m = actor.call("reinforce_update", tb, clip=a.ppo_clip)
+            m = actor.call("reinforce_update", tb, clip=a.ppo_clip, loss_scale=a.loss_scale)
             self.engine.update_weights(actor.call_rank0("full_state_dict"))
             for k, v in m.items():  # means over the epochs; skipped optimizer steps add up
                 out[k] = out.get(k, 0.0) + (v if k.endswith("/skipped_steps") else v / a.actor_epochs)
@@ -250,31 +270,40 @@ class ArcherTrainer:
         return out
 
     def _bc_update(self) -> dict[str, float]:
-        """Online filtered BC: imitate turns of trajectories at or above the ``filter_quantile`` of rewards seen."""
+        """Online filtered BC: imitate the buffer's turns of trajectories at or above the ``filter_quantile`` of the
+        rewards of the trajectories in the buffer (the population the kept turns come from, so some always pass;
+        the reference code filters every trajectory it ever collected: capacity >= all turns is the same).
+        ``actor_epochs * batch_size`` kept turns (with model tokens) are drawn with replacement."""
         a, actor = self.cfg.archer, self.workers["actor"]
-        cutoff = filter_cutoff(torch.tensor(self.rewards_seen), a.filter_quantile)
-        records = self.buffer.records()
-        keep = filtered_bc_keep(torch.tensor([r.traj_reward for r in records]), cutoff).nonzero().flatten()
+        records = [r for r in self.buffer.records() if r.action_ids]
+        if not records:
+            return {"bc/kept_turns": 0.0}
+        traj = torch.tensor([r.traj_reward for r in records])
+        cutoff = filter_cutoff(trajectory_rewards(torch.tensor([r.episode for r in records]), traj),
+                               a.filter_quantile)
+        keep = filtered_bc_keep(traj, cutoff).nonzero().flatten()
         out = {"bc/cutoff": cutoff, "bc/kept_turns": float(len(keep))}
-        if len(keep) == 0:
+        if len(keep) == 0:  # not reached: the best trajectory of the population passes its own quantile
             return out
         idx = torch.randint(len(keep), (a.actor_epochs * a.batch_size,), generator=self.buffer.generator)
         chosen = [records[int(keep[i])] for i in idx.tolist()]
         tb = policy_batch([r.prompt_ids for r in chosen], [r.action_ids for r in chosen], self.proxy.pad_id)
-        out.update(actor.call("sft_update", tb, epochs=1))
+        out.update(actor.call("bc_update", tb, agg=a.bc_loss_agg, loss_scale=a.loss_scale))
         self.engine.update_weights(actor.call_rank0("full_state_dict"))
         return out
 
     def _chai_responder(self, slots, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
-        """Online CHAI acting: k samples per prompt, play the one with the highest target min(Q1, Q2)."""
-        k = self.cfg.archer.chai_candidates
-        samples = self.engine.generate([p for p in prompts for _ in range(k)], sampling)
-        cands = [samples[i * k:(i + 1) * k] for i in range(len(prompts))]
-        states = [self._decode(p) for p in prompts]
-        texts = [[self._decode(list(s.token_ids)) for s in c] for c in cands]
-        picks = chai_select(states, texts, lambda s, x: self.workers["critic"].call("target_min_q", states=s,
-                                                                                     actions=x))
-        return [c[j] for c, j in zip(cands, picks, strict=True)]
+        """Online CHAI acting: the best of k candidates by target min(Q1, Q2) (``ragen.archer.chai``; at greedy
+        validation the candidates are drawn at ``agent.temperature`` with the rollout's fixed seeds)."""
+        return self._best_of_k(prompts, chai.candidate_sampling(sampling, self.cfg.agent.temperature))
+
+    def _warm_start_proxy(self) -> Any:
+        """The agent proxy the warm start rolls out: the train proxy (the env's expert), or with
+        ``archer.offline_dialogues`` one over the recorded dialogues replayed in the env's own texts."""
+        path = self.cfg.archer.offline_dialogues
+        if path is None:
+            return None
+        return dialogues.replay_proxy(self.cfg, path, self.engine, self.tokenizer)
 
     def _row_multiple(self) -> int:
         """Rows of a turn-layout batch must divide into the actor's mini-batches and ranks (warm start's BC)."""
@@ -322,7 +351,7 @@ class ArcherTrainer:
                 self.workers["critic"].call("save", dir=str(tmp / "critic"))
             self.buffer.save(tmp / "buffer.json")
             torch.save({"step": self.step, "rng": self._rng_after_step or get_rng_state(),
-                        "proxy": self.proxy.state_dict(), "rewards_seen": list(self.rewards_seen),
+                        "proxy": self.proxy.state_dict(),
                         "episodes_seen": self.episodes_seen, "warm_started": self.warm_started},
                        tmp / "trainer_state.pt")
 
@@ -338,7 +367,6 @@ class ArcherTrainer:
         self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
         self.buffer = ReplayBuffer.load(Path(path) / "buffer.json")
         self.step = int(state["step"])
-        self.rewards_seen = list(state["rewards_seen"])
         self.episodes_seen = int(state["episodes_seen"])
         self.warm_started = bool(state.get("warm_started", False))
         set_rng_state(state["rng"])

@@ -17,11 +17,12 @@ from ragen.archer.buffer import Transition
 from ragen.workers.data import TrainBatch
 
 
-def _split_row(ids: torch.Tensor, resp: torch.Tensor) -> tuple[list[int], list[int]] | None:
-    """(prompt ids, response ids) of one turn row, or None when the row has no model token."""
+def _split_row(ids: torch.Tensor, resp: torch.Tensor, attn: torch.Tensor) -> tuple[list[int], list[int]]:
+    """(prompt ids, response ids) of one turn row. A row without model tokens (the turn's response was empty) is
+    ``[prompt][end-of-turn]`` (``ragen.agent.collate``): its prompt is the attended ids but the closing token."""
     pos = resp.nonzero().flatten()
     if len(pos) == 0:
-        return None
+        return ids[:max(int(attn.sum()) - 1, 0)].tolist(), []
     first, last = int(pos[0]), int(pos[-1])
     return ids[:first].tolist(), ids[first:last + 1].tolist()
 
@@ -30,9 +31,11 @@ def transitions_from_batch(batch: RolloutBatch, decode: Callable[[list[int]], st
                            first_episode: int = 0) -> tuple[list[Transition], list[float]]:
     """Records of every turn of ``batch`` (turn layout) and the total reward of each complete episode.
 
-    Failed episodes (the env raised) are skipped. The last turn of an episode is ``done`` unless the episode was
-    cut by a length budget (``truncated``: the critic bootstraps from V(s')); its s' is the context after the
-    response. ``first_episode`` numbers the episodes run-wide.
+    Failed episodes (the env raised) are skipped. An episode has ``num_turns`` turns (env steps), one row each;
+    only its last turn is ``done``, unless the episode was cut by a length budget (``truncated``: the critic
+    bootstraps from V(s')), and its s' is the context after the response. Every other turn bootstraps from the
+    next turn's prompt, also when that turn's response was empty (a record with no action tokens: the critic
+    still learns its reward; BC skips it). ``first_episode`` numbers the episodes run-wide.
     """
     if "turn_index" not in batch.extra:
         raise ValueError("ArCHer needs agent.layout=turn (one row per turn with the exact prompt the model saw)")
@@ -44,9 +47,7 @@ def transitions_from_batch(batch: RolloutBatch, decode: Callable[[list[int]], st
         first_row.setdefault(e, i)
         if k < 0 or failed[i]:
             continue
-        split = _split_row(batch.input_ids[i], batch.response_mask[i])
-        if split is not None:
-            rows.setdefault(e, {})[k] = split
+        rows.setdefault(e, {})[k] = _split_row(batch.input_ids[i], batch.response_mask[i], batch.attention_mask[i])
     out: list[Transition] = []
     traj_rewards: list[float] = []
     for n, e in enumerate(sorted(first_row)):
@@ -54,16 +55,18 @@ def transitions_from_batch(batch: RolloutBatch, decode: Callable[[list[int]], st
         if failed[i] or e not in rows:
             continue
         nt = int(batch.num_turns[i])
+        missing = sorted(set(range(nt)) - set(rows[e]))
+        if missing:
+            raise ValueError(f"episode {e} has {nt} turns but no row for turn(s) {missing}; a turn-layout batch "
+                             "holds one row per turn")
         rewards = [float(r) for r in batch.turn_rewards[i, :nt]]
         returns = monte_carlo_returns(rewards, gamma)
         total = float(sum(rewards))
         traj_rewards.append(total)
         turns = rows[e]
         for k in range(nt):
-            if k not in turns:
-                continue
             prompt, action = turns[k]
-            last = k == nt - 1 or (k + 1) not in turns
+            last = k == nt - 1
             nxt = prompt + action if last else turns[k + 1][0]
             out.append(Transition(state=decode(prompt), action=decode(action), reward=rewards[k],
                                   next_state=decode(nxt), done=last and not bool(batch.truncated[i]),

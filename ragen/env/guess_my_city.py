@@ -385,6 +385,28 @@ INSTRUCTIONS = (
 )
 
 
+def opening_text(max_turns: int) -> str:
+    """The first observation of a game."""
+    return f"I am thinking of a city. You have {max_turns} questions. Ask your first question."
+
+
+def legal_actions_text(done: bool, questions_left: int) -> str:
+    """What ``legal_actions`` shows."""
+    if done:
+        return "The game is over."
+    return (f"Any question about the city, or a guess that names it ('Is it <city>?'). "
+            f"Questions left: {questions_left}.")
+
+
+def answer_text(answer: str, *, won: bool, done: bool, questions_left: int, secret_name: str) -> str:
+    """The observation after a question: the oracle's ``answer`` (a sentence) and what is left."""
+    if won:
+        return f"Answer: Yes, you guessed it: the city is {secret_name}."
+    if done:
+        return f"Answer: {answer} No questions left; the city was {secret_name}."
+    return f"Answer: {answer} Questions left: {questions_left}."
+
+
 @register("guess_my_city")
 class GuessMyCityEnv:
     """Guess My City (see the module docstring); config keys are the constructor's keyword arguments."""
@@ -419,13 +441,10 @@ class GuessMyCityEnv:
         self.turns = 0
         self.history = []
         self.done = False
-        return f"I am thinking of a city. You have {self.max_turns} questions. Ask your first question."
+        return opening_text(self.max_turns)
 
     def legal_actions(self) -> str:
-        if self.done:
-            return "The game is over."
-        return (f"Any question about the city, or a guess that names it ('Is it <city>?'). "
-                f"Questions left: {self.max_turns - self.turns}.")
+        return legal_actions_text(self.done, self.max_turns - self.turns)
 
     def names_secret(self, question: str) -> bool:
         """True when the question names the secret city (its name or an alias)."""
@@ -448,12 +467,8 @@ class GuessMyCityEnv:
         answer = "Yes, you guessed it!" if won else self.oracle.answer(question.strip(), self.secret)
         self.history.append((question.strip(), answer))
         self.done = won or self.turns >= self.max_turns
-        if won:
-            obs = f"Answer: Yes, you guessed it: the city is {self.secret.name}."
-        elif self.done:
-            obs = f"Answer: {answer} No questions left; the city was {self.secret.name}."
-        else:
-            obs = f"Answer: {answer} Questions left: {self.max_turns - self.turns}."
+        obs = answer_text(answer, won=won, done=self.done, questions_left=self.max_turns - self.turns,
+                          secret_name=self.secret.name)
         informative = not (answer.startswith("I don't know") or answer.startswith("I'm not sure"))
         info = {"action_is_valid": True, "action_is_effective": informative, "success": won, "answer": answer,
                 "turns": self.turns}

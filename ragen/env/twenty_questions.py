@@ -298,6 +298,28 @@ INSTRUCTIONS = (
 )
 
 
+def opening_text(max_turns: int) -> str:
+    """The first observation of a game."""
+    return f"I am thinking of an object. You have {max_turns} questions. Ask your first question."
+
+
+def legal_actions_text(done: bool, questions_left: int) -> str:
+    """What ``legal_actions`` shows."""
+    if done:
+        return "The game is over."
+    return (f"Any yes/no question about the object (e.g. 'Is it an animal?'), or a guess 'Is it a <object>?'. "
+            f"Questions left: {questions_left}.")
+
+
+def answer_text(answer: str, *, won: bool, done: bool, questions_left: int, secret_name: str) -> str:
+    """The observation after a question: the oracle's ``answer`` (Yes / No / Invalid) and what is left."""
+    if won:
+        return f"Answer: Yes. You guessed it: the object is {secret_name}."
+    if done:
+        return f"Answer: {answer}. No questions left; the object was {secret_name}."
+    return f"Answer: {answer}. Questions left: {questions_left}."
+
+
 @register("twenty_questions")
 class TwentyQuestionsEnv:
     """Twenty Questions (see the module docstring); config keys are the constructor's keyword arguments."""
@@ -329,13 +351,10 @@ class TwentyQuestionsEnv:
         self.turns = 0
         self.history = []
         self.done = False
-        return f"I am thinking of an object. You have {self.max_turns} questions. Ask your first question."
+        return opening_text(self.max_turns)
 
     def legal_actions(self) -> str:
-        if self.done:
-            return "The game is over."
-        return (f"Any yes/no question about the object (e.g. 'Is it an animal?'), or a guess 'Is it a <object>?'. "
-                f"Questions left: {self.max_turns - self.turns}.")
+        return legal_actions_text(self.done, self.max_turns - self.turns)
 
     def expert_action(self) -> str:
         """The expert's next question (module docstring); reads the state only."""
@@ -355,12 +374,8 @@ class TwentyQuestionsEnv:
         named = self.index.named_at_end(words(question))
         won = answer == YES and named is not None and named[0] == self.secret.name
         self.done = won or self.turns >= self.max_turns
-        if won:
-            obs = f"Answer: Yes. You guessed it: the object is {self.secret.name}."
-        elif self.done:
-            obs = f"Answer: {answer}. No questions left; the object was {self.secret.name}."
-        else:
-            obs = f"Answer: {answer}. Questions left: {self.max_turns - self.turns}."
+        obs = answer_text(answer, won=won, done=self.done, questions_left=self.max_turns - self.turns,
+                          secret_name=self.secret.name)
         info = {
             "action_is_valid": True,
             "action_is_effective": answer in (YES, NO),

@@ -58,12 +58,14 @@ def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
     return {"lr": sft.lr * (1 - k / steps), "lr_end": sft.lr * (1 - (k + 1) / steps)}
 
 
-def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
+def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str, float]:
     """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up :class:`WarmStartHost`);
-    returns the metrics of the validation after it."""
+    returns the metrics of the validation after it. ``proxy``: the agent proxy whose train envs' experts are
+    imitated (default ``trainer.proxy``; the ArCHer trainer passes one over recorded dialogues)."""
     cfg = trainer.cfg
+    proxy = trainer.proxy if proxy is None else proxy
     actor = trainer.workers["actor"]
-    responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), trainer.proxy.fmt.eot_id,
+    responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps = cfg.trainer.sft_warmup_steps
     bar = tqdm(total=steps, desc="warm start", unit="step", file=console.err_stream(),
@@ -71,10 +73,10 @@ def run_warm_start(trainer: WarmStartHost) -> dict[str, float]:
     for k in range(steps):
         t: dict[str, float] = {}
         with timed("sft_rollout", t):
-            batch = trainer.proxy.rollout("train", responder=responder)
+            batch = proxy.rollout("train", responder=responder)
         tb = phases.to_train_batch(batch)
         if cfg.agent.layout == "turn":
-            tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
+            tb = turn_layout.pad_rows(tb, trainer._row_multiple(), proxy.pad_id)
         with timed("sft_update", t):
             metrics = actor.call("sft_update", tb, epochs=cfg.sft.epochs, **sft_rates(cfg.sft, k, steps))
         metrics.update({f"sft/{k2}": v for k2, v in batch.metrics.items() if k2.startswith("env/")})

@@ -71,7 +71,7 @@ def test_non_finite_actor_gradients_skip_the_step_and_stop_the_run(tmp_path, mon
     stop the run naming ``actor gradients``."""
     real = ArcherPolicyWorker.reinforce_update
 
-    def reinforce_update(self, batch, clip=None, epochs=1):
+    def reinforce_update(self, batch, clip=None, epochs=1, loss_scale=1.0):
         update = self.trainable.update
 
         def inf_update(b, mask_fn, micro, **kw):
@@ -83,7 +83,7 @@ def test_non_finite_actor_gradients_skip_the_step_and_stop_the_run(tmp_path, mon
 
         self.trainable.update = inf_update
         try:
-            return real(self, batch, clip, epochs)
+            return real(self, batch, clip, epochs, loss_scale)
         finally:
             del self.trainable.update
 

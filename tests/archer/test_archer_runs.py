@@ -172,6 +172,9 @@ def test_archer_configs_validate(name):
     assert cfg.agent.layout == "turn"
     expected = "chai" if name.startswith("chai") else "filtered_bc" if name.startswith("filtered_bc") else "archer"
     assert cfg.algorithm.name == expected
+    assert cfg.rollout.val_temperature == 0.0  # every member validates the same way: greedy (CHAI: ragen.archer.chai)
+    if "text_adventure" in name:  # the reference's Detective horizon: 50 commands
+        assert (cfg.env.max_turn, cfg.env.config["max_steps"]) == (50, 50)
     if name.endswith("_paper"):
         a = cfg.archer
         assert (a.critic_epochs, a.actor_epochs, a.warmup_iter, a.capacity, a.tau, a.gamma) == (50, 3, 20, 100000,

@@ -1,8 +1,11 @@
 """World size 2 (Ray actors, FSDP2 over gloo) equals world size 1 (in-process, unsharded) for the ArCHer critic
-(inference, one update of two mini-batches with its Polyak target steps, checkpoints) and the ArCHer policy's
-token-level REINFORCE update."""
+(inference, one update of two mini-batches with its Polyak target steps, checkpoints; the world-size-2 critic runs
+in micro-batches of one turn, so its ranks' passes must pair up) and the ArCHer policy's token-level REINFORCE
+update."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -35,16 +38,18 @@ def _moved(after: dict, before: dict) -> float:
 def test_critic_world_size_2_equals_1(ray_cluster, tmp_path):
     cfg = CriticSettings(encoder="tiny", hidden=16, lr=1e-2, batch_size=4, tau=0.5, seed=3)
     one = LocalWorkerGroup(ArcherCriticWorker, cfg=cfg)
-    two = WorkerGroup(ArcherCriticWorker, 2, resources_per_worker={"CPU": 1}, cfg=cfg)
+    two = WorkerGroup(ArcherCriticWorker, 2, resources_per_worker={"CPU": 1},
+                      cfg=dataclasses.replace(cfg, micro_batch_size=1))
     try:
         init = one.call_rank0("full_state_dict")
         _close(two.call_rank0("full_state_dict")["online"], init["online"], atol=0)
-        # inference: 5 rows are split 3 + 2 and come back in row order; 1 row leaves rank 1 without rows
+        # inference: 5 rows are split 3 + 2 and come back in row order (3 passes of 1 row on both ranks, rank 1's
+        # last without a row of its own); 1 row leaves rank 1 without rows
         kw5 = {"states": STATES[:5], "actions": ACTIONS[:5]}
         torch.testing.assert_close(two.call("scores", **kw5), one.call("scores", **kw5), atol=1e-6, rtol=1e-5)
         kw1 = {"states": STATES[:1], "actions": ACTIONS[:1]}
         torch.testing.assert_close(two.call("target_min_q", **kw1), one.call("target_min_q", **kw1))
-        # one update = two mini-batches of 4 rows (2 per rank), each followed by a Polyak step of the target
+        # one update = two mini-batches of 4 rows (2 per rank, in 2 passes), each followed by a Polyak step
         m1, m2 = one.call("update", **UPDATE), two.call("update", **UPDATE)
         for k in ("critic/loss", "critic/q_loss", "critic/v_loss", "critic/grad_norm", "critic/target_q_mean"):
             assert m2[k] == pytest.approx(m1[k], rel=1e-4, abs=1e-6), k

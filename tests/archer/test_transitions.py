@@ -51,3 +51,25 @@ def test_policy_batch_masks_the_actions():
     assert tb.response_mask.tolist() == [[0, 0, 1], [0, 1, 1]]
     assert tb.advantages.tolist() == [[0.0, 0.0, 0.5], [0.0, -1.0, -1.0]]
     assert torch.allclose(tb.old_log_probs, torch.tensor([[0.0, 0.0, -0.1], [0.0, -0.2, -0.3]]))
+
+
+def test_a_turn_before_an_empty_response_still_bootstraps():
+    """Episode of 3 turns whose turn 1 response was empty (its row is prompt + end-of-turn, no model token): turn 0
+    is not terminal (s' = turn 1's prompt), turn 1 is a record without action tokens, and only turn 2, the
+    episode's last, is done."""
+    eot = 9
+    ids = torch.tensor([[1, 2, 3, 0, 0, 0, 0], [1, 2, 3, 4, eot, 0, 0], [1, 2, 3, 4, eot, 5, 6]])
+    resp = torch.tensor([[0, 0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 1]])
+    attn = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    batch = RolloutBatch(
+        input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=torch.where(resp.bool(), 0, -1),
+        token_rewards=torch.zeros(3, 7), sample_log_probs=torch.zeros(3, 7), group_ids=torch.zeros(3).long(),
+        turn_rewards=torch.tensor([[-1.0, -1.0, 0.0]] * 3), num_turns=torch.tensor([3, 3, 3]),
+        truncated=torch.tensor([False] * 3),
+        extra={"episode_index": torch.tensor([0, 0, 0]), "turn_index": torch.tensor([0, 1, 2])})
+    recs, totals = transitions_from_batch(batch, _decode, gamma=1.0)
+    assert totals == [-2.0]
+    assert [(r.state, r.action, r.next_state, r.done) for r in recs] == [
+        ("1 2", "3", "1 2 3 4", False), ("1 2 3 4", "", "1 2 3 4 9 5", False),
+        ("1 2 3 4 9 5", "6", "1 2 3 4 9 5 6", True)]
+    assert [r.action_ids for r in recs] == [[3], [], [6]] and [r.mc_return for r in recs] == [-2.0, -1.0, 0.0]

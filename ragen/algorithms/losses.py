@@ -28,13 +28,18 @@ def aggregate_loss(
     *,
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> Tensor:
     """Reduce a (B, T) per-token loss to a scalar over ``mask``.
 
     token-mean: sum over masked tokens / num_tokens (default: masked tokens here).
     seq-mean-token-sum: sum over sequences of each sequence's token sum / num_seqs.
     seq-mean-token-mean: sum over sequences of each sequence's token mean / num_seqs.
-    num_seqs defaults to the number of rows with at least one masked token here.
+    A sequence is an episode: one row in the ``trajectory`` layout, several turn rows in the ``turn`` layout.
+    ``seq_tokens`` (B,): the masked-token count of each row's sequence over the whole mini-batch (None: the row's
+    own count, every row its own sequence); a row's token sum is divided by it for seq-mean-token-mean, so the
+    rows of one episode add up to the episode's token mean. num_seqs defaults to the number of sequences here,
+    sum over rows of (row tokens / seq_tokens) (rows without a masked token count 0).
     """
     if mode not in AGG_MODES:
         raise ValueError(f"loss aggregation mode {mode!r} is not one of {AGG_MODES}")
@@ -44,9 +49,12 @@ def aggregate_loss(
         denom = num_tokens if num_tokens is not None else m.sum().clamp(min=1).to(vals.dtype)
         return vals.sum() / denom
     per_seq = vals.sum(dim=-1)
+    row_tokens = m.sum(dim=-1).to(vals.dtype)
+    seq_len = row_tokens if seq_tokens is None else seq_tokens.to(vals.dtype)
+    seq_len = torch.where(row_tokens > 0, seq_len.clamp(min=1), torch.ones_like(seq_len))
     if mode == "seq-mean-token-mean":
-        per_seq = per_seq / m.sum(dim=-1).clamp(min=1).to(vals.dtype)
-    denom = num_seqs if num_seqs is not None else m.any(dim=-1).sum().clamp(min=1).to(vals.dtype)
+        per_seq = per_seq / seq_len
+    denom = num_seqs if num_seqs is not None else (row_tokens / seq_len).sum().clamp(min=1)
     return per_seq.sum() / denom
 
 
@@ -62,6 +70,7 @@ def policy_loss(
     agg: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with clip-higher and optional dual clip.
 
@@ -84,7 +93,7 @@ def policy_loss(
     if dual_clip is not None:
         capped = torch.minimum(loss_mat, -advantages * dual_clip)
         loss_mat = torch.where(advantages < 0, capped, loss_mat)
-    loss = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)
     with torch.no_grad():
         metrics = {
             "actor/pg_loss": float(loss.detach()),
@@ -104,6 +113,7 @@ def value_loss(
     agg: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped value loss: 0.5 * max((V - R)^2, (V_old + clip(V - V_old, -clip, clip) - R)^2) over ``mask``.
 
@@ -119,7 +129,7 @@ def value_loss(
         clipped = (v_clip - returns).square()
         loss_mat = torch.maximum(plain, clipped)
         clipfrac = masked_mean((clipped > plain).to(values.dtype), m)
-    loss = 0.5 * aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    loss = 0.5 * aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)
     return loss, {"critic/vf_loss": float(loss.detach()), "critic/vf_clipfrac": float(clipfrac)}
 
 
@@ -171,10 +181,11 @@ def kl_loss(
     agg: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> Tensor:
     """KL to the reference as a loss term (GRPO style): aggregated per-token ``kl_estimate`` over ``mask``."""
     return aggregate_loss(kl_estimate(log_probs, ref_log_probs, kind), mask, agg, num_tokens=num_tokens,
-                          num_seqs=num_seqs)
+                          num_seqs=num_seqs, seq_tokens=seq_tokens)
 
 
 def entropy_loss(
@@ -184,9 +195,10 @@ def entropy_loss(
     agg: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> Tensor:
     """Aggregated per-token entropy (B, T) over ``mask``; the caller subtracts ``entropy_coef`` times it."""
-    return aggregate_loss(entropy, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    return aggregate_loss(entropy, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)
 
 
 def bc_loss(
@@ -196,6 +208,7 @@ def bc_loss(
     agg: str = "token-mean",
     num_tokens: float | None = None,
     num_seqs: float | None = None,
+    seq_tokens: Tensor | None = None,
 ) -> Tensor:
     """Behaviour cloning: the negative log-likelihood of the demonstrated tokens, aggregated over ``mask``.
 
@@ -205,4 +218,4 @@ def bc_loss(
     (``ragen.sft``) and online filtered BC (the ArCHer paper's baseline: the same loss on the agent's own best
     trajectories) both use it.
     """
-    return aggregate_loss(-log_probs, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs)
+    return aggregate_loss(-log_probs, mask, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)

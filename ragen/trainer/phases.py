@@ -28,12 +28,19 @@ def filter_groups_by_std(batch: RolloutBatch, ratio: float) -> tuple[RolloutBatc
 
     Groups whose rewards all agree carry no learning signal for group-relative estimators (and little for
     the others); ties keep the lower group id first, so the choice is deterministic. Row order is kept.
+    The std is over the group's *episodes* (each once, whatever its number of turn rows: the two layouts give the
+    same choice) that train: failed episodes and trajectory rows masked for a cut history are left out
+    (:func:`excluded_rows`), their partial rewards say nothing about the policy.
     """
     gids = batch.group_ids
     unique = torch.unique(gids, sorted=True)
     n_keep = max(1, math.ceil(ratio * len(unique) - 1e-9))
-    rewards = trajectory_rewards(batch)
-    stds = torch.stack([rewards[gids == g].std(unbiased=False) for g in unique])
+    episodes = episode_first_rows(batch)
+    excluded = excluded_rows(batch)
+    counted = [r for r in episodes if excluded is None or not bool(excluded[r])]
+    rewards, ep_groups = trajectory_rewards(batch)[counted], gids[counted]
+    stds = torch.stack([rewards[ep_groups == g].std(unbiased=False) if bool((ep_groups == g).any())
+                        else torch.zeros(()) for g in unique])
     metrics = {"rollout/group_reward_std_mean": float(stds.mean()), "rollout/kept_groups": float(n_keep),
                "rollout/total_groups": float(len(unique))}
     if n_keep >= len(unique):
@@ -45,10 +52,27 @@ def filter_groups_by_std(batch: RolloutBatch, ratio: float) -> tuple[RolloutBatc
     return batch.select(rows), metrics
 
 
+def episode_first_rows(batch: RolloutBatch) -> list[int]:
+    """The first row of each episode, in row order (every row in the ``trajectory`` layout; one per episode's turn
+    rows in the ``turn`` layout, through ``extra["episode_index"]``)."""
+    index = batch.extra.get("episode_index")
+    if index is None:
+        return list(range(batch.batch_size))
+    seen: dict[int, int] = {}
+    for r, e in enumerate(index.tolist()):
+        seen.setdefault(e, r)
+    return sorted(seen.values())
+
+
 def to_train_batch(batch: RolloutBatch) -> TrainBatch:
-    """The worker-side view of a rollout batch (ids, attention and response masks)."""
+    """The worker-side view of a rollout batch (ids, attention and response masks; in the ``turn`` layout the
+    episode of each turn row as ``seq_ids``, so the ``seq-mean-*`` losses average over episodes as in the
+    ``trajectory`` layout)."""
+    turn_index = batch.extra.get("turn_index")
+    turn_rows = turn_index is not None and bool((turn_index >= 0).any())
     return TrainBatch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      response_mask=batch.response_mask)
+                      response_mask=batch.response_mask,
+                      seq_ids=batch.extra["episode_index"] if turn_rows else None)
 
 
 def without_step_rewards(batch: RolloutBatch) -> RolloutBatch:

@@ -94,7 +94,9 @@ def pad_rows(tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
     attn[:, 0] = 1
     fields = {}
     for name, x in tb.tensors().items():
-        fill = {"input_ids": ids, "attention_mask": attn}.get(name, torch.zeros(extra, t, dtype=x.dtype))
+        fill = {"input_ids": ids, "attention_mask": attn}.get(name, torch.zeros((extra, *x.shape[1:]), dtype=x.dtype))
+        if name == "seq_ids":  # a sequence of its own for every padding row
+            fill = torch.arange(extra, dtype=x.dtype) + (int(x.max()) + 1 if x.numel() else 0)
         fields[name] = torch.cat([x, fill])
     return TrainBatch(**fields)
 

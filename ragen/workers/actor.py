@@ -153,7 +153,7 @@ class PolicyWorker:
             lp, ent = self._log_probs(b, with_entropy=True)
         else:
             lp, ent, values, _ = self._with_values(b, with_entropy=True)
-        agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs}
+        agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
         pg, m = policy_loss(lp, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
                             dual_clip=cfg.dual_clip, **agg)
         loss = pg
@@ -180,7 +180,7 @@ class PolicyWorker:
         counts normalise the mini-batch); adds critic/* metrics."""
         spec = self.value_spec
         vl, m = value_loss(values, b.values, b.returns, mask, clip=spec.clip, agg=self.cfg.loss_agg,
-                           num_tokens=num_tokens, num_seqs=num_seqs)
+                           num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=b.seq_tokens)
         n = float(mask.bool().sum())
         token_sums["critic/vf_clipfrac"] = m["critic/vf_clipfrac"] * n
         token_sums["critic/values_mean"] = float(torch.where(mask.bool(), values.detach(), 0.0).sum())
@@ -207,7 +207,8 @@ class PolicyWorker:
     def _sft_micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
         lp, _ = self._log_probs(b, with_entropy=False, temperature=1.0)
         mask = b.policy_mask
-        loss = bc_loss(lp, mask, agg=self.cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs)
+        loss = bc_loss(lp, mask, agg=self.cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs,
+                       seq_tokens=b.seq_tokens)
         m = mask.bool()
         token_sums = {"sft/nll": float(torch.where(m, -lp.detach(), 0.0).sum())}
         return MicroResult(loss=loss, token_sums=token_sums, sums={"sft/loss": float(loss.detach())})

@@ -61,8 +61,8 @@ class CriticWorker:
 
     def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B_local, T), last_values (B_local,)) fp32, no grad, in the convention of ``ValueModel``:
-        ``values[:, t]`` is V of the context before token t; ``last_values`` is V after the last real token (the
-        bootstrap of rows cut by a length budget)."""
+        ``values[:, t]`` is V of the context before token t; ``last_values`` is V after the last real token (on a
+        batch of bootstrap prompts, V of each prompt: ``ragen.trainer.bootstrap``)."""
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, self._values)
 
@@ -70,7 +70,7 @@ class CriticWorker:
         mask = self.loss_mask(b)
         values, _ = self._values(b)
         loss, m = value_loss(values, b.values, b.returns, mask, clip=self.cfg.value_clip, agg=self.cfg.loss_agg,
-                             num_tokens=num_tokens, num_seqs=num_seqs)
+                             num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=b.seq_tokens)
         n = float(mask.bool().sum())
         vals = torch.where(mask.bool(), values.detach(), 0.0)
         return MicroResult(loss=loss, token_sums={"critic/vf_clipfrac": m["critic/vf_clipfrac"] * n,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 _REQUIRED = ("input_ids", "attention_mask", "response_mask")
+ROW_FIELDS = ("seq_ids", "seq_tokens")  # (B,) fields; every other tensor field is (B, T)
 
 
 @dataclass
@@ -22,6 +23,11 @@ class TrainBatch:
     old_log_probs / ref_log_probs (float, 0 off the response), advantages / returns (float, 0 off the
     response), values (float, the critic's values before the update), loss_mask (which tokens the
     losses cover; ``None`` means ``response_mask``).
+
+    Per row, shape (B,): seq_ids (long, the sequence, i.e. episode, a row belongs to: the ``turn`` layout's turn
+    rows of one episode share it; ``None`` = every row is its own sequence), which the ``seq-mean-*`` loss
+    aggregations average over; seq_tokens (float, the loss-token count of the row's sequence within its mini-batch
+    on all ranks; set by ``Trainable.update``, never by callers).
     """
 
     input_ids: torch.Tensor
@@ -33,6 +39,8 @@ class TrainBatch:
     returns: torch.Tensor | None = None
     values: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
+    seq_ids: torch.Tensor | None = None
+    seq_tokens: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         shape = tuple(self.input_ids.shape)
@@ -44,8 +52,9 @@ class TrainBatch:
                 if f.name in _REQUIRED:
                     raise ValueError(f"TrainBatch.{f.name} is required")
                 continue
-            if tuple(t.shape) != shape:
-                raise ValueError(f"TrainBatch.{f.name} has shape {tuple(t.shape)}, expected {shape} like input_ids")
+            want = shape[:1] if f.name in ROW_FIELDS else shape
+            if tuple(t.shape) != want:
+                raise ValueError(f"TrainBatch.{f.name} has shape {tuple(t.shape)}, expected {want} like input_ids")
 
     # ----------------------------------------------------------------------------------------------
     @property
@@ -135,7 +144,7 @@ class TrainBatch:
         """Drop trailing columns that are padding in every row (saves compute on short micro-batches)."""
         real = self.attention_mask.bool().any(dim=0).nonzero()
         length = int(real[-1]) + 1 if len(real) else 1
-        return self if length == self.seq_len else self._map(lambda t: t[:, :length])
+        return self if length == self.seq_len else self._map(lambda t: t[:, :length] if t.dim() == 2 else t)
 
     def to(self, device: torch.device | str) -> TrainBatch:
         return self._map(lambda t: t.to(device, non_blocking=True))

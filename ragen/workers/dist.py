@@ -95,6 +95,15 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     return t.tolist()
 
 
+def all_reduce_max(value: float, device: torch.device) -> float:
+    """The largest of one scalar over ranks (identity when unsharded)."""
+    if not is_sharded():
+        return float(value)
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
 def all_reduce_mean(values: dict[str, float], device: torch.device) -> dict[str, float]:
     """Average a metric dict over ranks (every rank must pass the same keys)."""
     keys = sorted(values)

@@ -131,7 +131,8 @@ class Trainable:
         n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
         minis = batch.chunk(local_mb)
         counts = self._global_counts(minis, mask_fn)
-        real = [(mini, c) for mini, c in zip(minis, counts, strict=True) if c[0] > 0]
+        real = [(mini if c[2] is None else mini.with_fields(seq_tokens=c[2]), c[:2])
+                for mini, c in zip(minis, counts, strict=True) if c[0] > 0]
         n_total = n_epochs * len(real)
         total_tokens, grad_norms, n_mini, lr = 0.0, [], 0, fixed_lr or self.scheduler.get_last_lr()[0]
         for _ in range(n_epochs):
@@ -169,14 +170,26 @@ class Trainable:
         return metrics
 
     def _global_counts(self, minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor]
-                       ) -> list[tuple[float, float]]:
-        """(loss tokens, sequences with a loss token) of every mini-batch, summed over ranks in one all-reduce."""
-        local: list[float] = []
-        for mini in minis:
-            mask = mask_fn(mini)
-            local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
-        total = D.all_reduce_sum(local, self.device) if local else []
-        return [(total[2 * i], total[2 * i + 1]) for i in range(len(minis))]
+                       ) -> list[tuple[float, float, torch.Tensor | None]]:
+        """(loss tokens, sequences with a loss token, per-row ``seq_tokens`` or None) of every mini-batch, summed
+        over ranks. Without ``seq_ids`` a sequence is a row (one all-reduce); with them (the ``turn`` layout's
+        episode ids) a sequence's loss tokens are summed over its rows in the mini-batch on every rank."""
+        if not minis or minis[0].seq_ids is None:
+            local: list[float] = []
+            for mini in minis:
+                mask = mask_fn(mini)
+                local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
+            total = D.all_reduce_sum(local, self.device) if local else []
+            return [(total[2 * i], total[2 * i + 1], None) for i in range(len(minis))]
+        width = int(D.all_reduce_max(max(float(m.seq_ids.max()) for m in minis), self.device)) + 1
+        per_seq = torch.cat([torch.bincount(m.seq_ids.long(), weights=mask_fn(m).sum(-1).double(), minlength=width)
+                             for m in minis])
+        per_seq = torch.tensor(D.all_reduce_sum(per_seq.tolist(), self.device), dtype=torch.float64)
+        out = []
+        for i, mini in enumerate(minis):
+            counts = per_seq[i * width:(i + 1) * width]
+            out.append((float(counts.sum()), float((counts > 0).sum()), counts[mini.seq_ids.long()].float()))
+        return out
 
     def _step(self, schedule: bool = True) -> float:
         """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""

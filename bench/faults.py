@@ -29,16 +29,14 @@ import signal
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from ragen.utils.checkpoint import checkpoint_step, list_checkpoints, resolve_resume, write_checkpoint
 
-KEEP_LAST = 2
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/fault_campaign.py, also when loaded by path
+from fault_campaign import KEEP_LAST, KillReport, kill_phase, resumed_step  # noqa: E402
 
 _MODEL: list = []  # built once per process and inherited by forked children (building one costs ~0.3 s)
 
@@ -173,34 +171,11 @@ def calibrate(root: Path, saves: int = 3) -> float:
     return sorted(stamps[("E", s)] - stamps[("B", s)] for s in range(1, saves + 1))[saves // 2]
 
 
-def _phase(root: Path, step: int) -> str:
-    """Where the kill landed, read from the folder the child left (see ragen.utils.checkpoint's ordering)."""
-    names = {p.name for p in root.iterdir()}
-    tmp = root / f".tmp_global_step_{step}"
-    if tmp.is_dir():
-        return "marked-not-renamed" if (tmp / "COMPLETE").is_file() else "writing"
-    if f"global_step_{step}" in names:
-        pruning = len(list_checkpoints(root)) > KEEP_LAST or any(n.startswith(".del_") for n in names)
-        return "installed-pruning" if pruning else "done"
-    return "before-write"
-
-
-@dataclass
-class KillReport:
-    """Counts of one kill campaign: ``resumed`` of ``tried`` kills resumed from a complete, correct checkpoint."""
-
-    tried: int = 0
-    resumed: int = 0
-    save_seconds: float = 0.0
-    phases: Counter = field(default_factory=Counter)
-    lost_steps: Counter = field(default_factory=Counter)
-    failures: list[str] = field(default_factory=list)
-
-
 def run_kills(root: Path, kills: int, seed: int = 0, save_seconds: float | None = None) -> KillReport:
     """kill -9 a checkpointing child ``kills`` times at stratified random moments of a save; check each resume."""
     rng = random.Random(seed)
     report = KillReport(save_seconds=save_seconds or calibrate(root))
+    finished = 0  # the highest step whose save completed in any child so far
     fracs = [(i + rng.random()) / kills * 1.2 for i in range(kills)]
     rng.shuffle(fracs)
     for frac in fracs:
@@ -217,13 +192,11 @@ def run_kills(root: Path, kills: int, seed: int = 0, save_seconds: float | None 
         writing = max(int(s) for k, s, _ in lines if k == "B")
         done = [int(s) for k, s, _ in lines if k == "E"]
         report.tried += 1
-        report.phases[_phase(root, writing)] += 1
+        report.phases[kill_phase(root, writing)] += 1
         last_done = max(done, default=writing - 1)
+        finished = max([finished, *done])
         try:
-            path = resolve_resume("auto", root)
-            if path is None:
-                raise AssertionError("no complete checkpoint after the kill")
-            step = verify_checkpoint(path)
+            step = resumed_step(root, verify_checkpoint, finished)
             for _, other in list_checkpoints(root):
                 verify_checkpoint(other)
             if not last_done <= step <= writing:

@@ -24,8 +24,8 @@ import torch
 
 from ragen.utils.checkpoint import checkpoint_step, is_complete, list_checkpoints, resolve_resume
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/faults.py, also when this file is loaded by path
-from faults import KEEP_LAST, KillReport, _phase  # noqa: E402  (the kill report and where a kill landed)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/fault_campaign.py, also when loaded by path
+from fault_campaign import KEEP_LAST, KillReport, kill_phase, resumed_step  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_RUN = [
@@ -146,12 +146,11 @@ def run_trainer_kills(workdir: Path, kills: int, seed: int = 0) -> KillReport:
         proc.wait()
         rep.tried += 1
         writing = before + 1
-        rep.phases[_phase(root, writing)] += 1
+        rep.phases[kill_phase(root, writing)] += 1
         label = f"kill at {frac:.2f} x save of step {writing}"
         try:
-            path = resolve_resume("auto", root)
-            step = verify(path) if path is not None else None
-            if step is None or not before <= step <= writing:
+            step = resumed_step(root, verify, before)
+            if not before <= step <= writing:
                 raise AssertionError(f"resumed step {step}, expected {before}..{writing}")
             for _, other in list_checkpoints(root):
                 verify(other)

@@ -184,3 +184,17 @@ def test_real_tiny_tmpfs_full_then_read_only(tmp_path):
         assert C.resolve_resume("auto", mnt).name == "global_step_1"
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_kill_during_the_first_save_of_an_empty_folder_is_a_clean_restart(tmp_path):
+    """A kill that hits the first save of an empty run folder leaves no complete checkpoint: starting over from step
+    0 loses nothing and counts as a clean resume; a missing checkpoint after a save had finished still fails."""
+    _bench()  # puts bench/ on sys.path
+    from fault_campaign import resumed_step
+
+    root = tmp_path / "checkpoints"
+    (root / ".tmp_global_step_1").mkdir(parents=True)  # the interrupted first save
+    assert resumed_step(root, lambda p: 99, finished=0) == 0
+    with pytest.raises(AssertionError, match="step 1 had been saved"):
+        resumed_step(root, lambda p: 99, finished=1)
+    assert resumed_step(tmp_path / "never_created", lambda p: 99, finished=0) == 0

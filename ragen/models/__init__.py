@@ -3,7 +3,7 @@
 ``value_head`` (critic models) lives beside these and is imported from its own module.
 """
 
-from ragen.models.loader import DEFAULT_MODEL, load_model, load_tokenizer, resolve_model_path
+from ragen.models.loader import DEFAULT_MODEL, export_tokenizer, load_model, load_tokenizer, resolve_model_path
 from ragen.models.tiny import tiny_model
 
-__all__ = ["DEFAULT_MODEL", "load_model", "load_tokenizer", "resolve_model_path", "tiny_model"]
+__all__ = ["DEFAULT_MODEL", "export_tokenizer", "load_model", "load_tokenizer", "resolve_model_path", "tiny_model"]

@@ -74,6 +74,20 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL, cache_dir: str | None = No
     return tokenizer
 
 
+def export_tokenizer(out_dir: str | Path, name_or_path: str = DEFAULT_MODEL, cache_dir: str | None = None) -> Path:
+    """Write the tokenizer of ``name_or_path`` (special tokens fixed) and its model config, no weights, to
+    ``out_dir``, and return it: a folder :func:`load_tokenizer` (``model.tokenizer_path``) reads offline where the
+    model's package or the hub is out of reach, e.g. a GPU machine running ``model=tiny`` (scripts/gpu_wheels.sh)."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(name_or_path, cache_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    load_tokenizer(path).save_pretrained(out)
+    AutoConfig.from_pretrained(path).save_pretrained(out)  # resolve_model_path wants a config.json in a folder
+    return out
+
+
 def load_model(
     name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, cache_dir: str | None = None
 ) -> PreTrainedModel:

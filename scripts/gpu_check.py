@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 # Distributions the target machine has (its torch, transformers, peft, accelerate and pytest, and what those need;
@@ -126,6 +127,9 @@ def summary(out_dir: Path, cuda: bool, command: str) -> dict:
     steps = read_steps(out_dir / "steps.tsv")
     xml = out_dir / "tests.xml"
     tests = junit_outcomes(xml.read_text()) if xml.is_file() else {}
+    if tests and "tests" in steps:  # e.g. "passed (7 passed, 2 skipped)": the skips are named per test below
+        counts = Counter(v.split(" (")[0] for v in tests.values())
+        steps["tests"]["status"] += " (" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ")"
     figures = {}
     for path in sorted(out_dir.glob("bench_*.json")):
         figures[path.stem.removeprefix("bench_")] = json.loads(path.read_text())

@@ -71,7 +71,8 @@ def test_without_cuda_it_prints_what_it_would_run_and_claims_nothing(dry_run):
 
 
 def _smoke(stdout: str, name: str, tmp_path: Path) -> dict:
-    """Run the benchmark command the dry run printed for step ``name`` in its CPU smoke mode; its figures."""
+    """Run the benchmark command the dry run printed for step ``name`` in its CPU smoke mode; its figures (also
+    written to ``tmp_path/<name>.json``)."""
     cmd = shlex.split(re.search(rf"would run \[{name}, limit \d+ s\]: (.*)", stdout).group(1))
     out = tmp_path / f"{name}.json"
     cmd[cmd.index("--out") + 1] = str(out)
@@ -84,7 +85,7 @@ def _smoke(stdout: str, name: str, tmp_path: Path) -> dict:
 @NO_DRY_RUN
 def test_the_benchmarks_it_would_run_work_in_cpu_smoke_mode(dry_run, tmp_path):
     stdout, _, _ = dry_run
-    train = _smoke(stdout, "bench_train", tmp_path)
+    train = _smoke(stdout, "bench_train", tmp_path)  # bench_train.json, as gpu_check.sh names it
     assert train["tiny"] is True and train["device"] == "cpu" and list(train["shapes"]) == ["tiny"]
     tiny = train["shapes"]["tiny"]
     for key in ("ours_tokens_per_s", "bare_tokens_per_s", "ratio", "mfu_vs_measured"):
@@ -95,6 +96,20 @@ def test_the_benchmarks_it_would_run_work_in_cpu_smoke_mode(dry_run, tmp_path):
     gen = _smoke(stdout, "bench_generate", tmp_path)
     assert gen["all_rows_full_length"] and gen["ratio"] > 0 and gen["sleep_wake_gib"] is None
     assert gen["rows_equal_to_bare"] == 1.0  # fp32 greedy: our decode loop picks what transformers' generate picks
+    # the summary a CUDA run ends with, over these figures, a tests step and its JUnit file
+    (tmp_path / "steps.tsv").write_text("install\tpassed\t9\ntests\tpassed\t120\n")
+    (tmp_path / "tests.xml").write_text('<testsuite><testcase classname="t" name="a[cuda]"/><testcase '
+                                        'classname="t" name="ray"><skipped message="missing ray"/></testcase>'
+                                        '</testsuite>')
+    proc = subprocess.run([sys.executable, "scripts/gpu_check.py", "summary", str(tmp_path), "--cuda", "1",
+                           "--command", "bash scripts/gpu_check.sh w o"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert report["steps"]["tests"]["status"] == "passed (1 passed, 1 skipped)"
+    assert report["tests"] == {"t::a[cuda]": "passed", "t::ray": "skipped (missing ray)"}
+    assert report["figures"]["train"]["shapes"]["tiny"]["ratio"] == tiny["ratio"]
+    assert "train tiny: 4 x 64 tokens" in proc.stdout and "generate tiny float32" in proc.stdout
 
 
 def test_train_flops_hand_computed():

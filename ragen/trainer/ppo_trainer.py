@@ -91,7 +91,7 @@ class PPOTrainer:
         if self.resumed_from is not None:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
-        self.tracker = builders.tracker(cfg, self.run_dir)
+        self.tracker = builders.tracker(cfg, self.run_dir, resumed=self.resumed_from is not None)
 
     def shutdown(self) -> None:
         for group in self.workers.values():

@@ -105,24 +105,38 @@ def _values(values: list) -> str:
     return ", ".join("the other value" if repr(v) == "flip" else show(v) for v in values)
 
 
-def _shown(context: tuple[str, ...], hidden: tuple[str, ...]) -> str:
-    rest = [c for c in context if c not in hidden]
-    return f" with {', '.join(f'`{c}`' for c in rest)}" if rest else ""
+def _shown(context: tuple[str, ...], hidden: tuple[str, ...], named: dict[str, tuple[str, ...]] | None = None) -> str:
+    """`` with `a=1`, `b=2``` for the overrides of ``context`` not in ``hidden``; a named context (``NAMED_CONTEXTS``)
+    it starts with is written by name."""
+    words = []
+    for name, prefix in (named or {}).items():
+        if context[:len(prefix)] == prefix:
+            words.append(f"the {name} context")
+            context = context[len(prefix):]
+            break
+    words += [f"`{c}`" for c in context if c not in hidden]
+    return f" with {', '.join(words)}" if words else ""
 
 
-def _phrases(row, model, runner, hidden: tuple[str, ...]) -> list[str]:
-    """The effect column of a row: one phrase per group of alike cases."""
+def _phrases(row, model, runner, default, hidden: tuple[str, ...], named: dict) -> list[str]:
+    """The effect column of a row: one phrase per group of alike cases (the value walked from when the context's
+    differs from the default)."""
+    from ragen.trainer.inert import show
+
     groups: dict[tuple, list] = defaultdict(list)
     live = [c for c in row.cases if c.expect == "live"]
     for c in row.cases:
         if c.expect != "live":
             label = c.quantity.label if c.quantity else ""
-            groups[(c.expect, label, c.context, c.xfail, c.tol)].append(c.value)
+            groups[(c.expect, label, c.context, c.xfail, c.tol, c.only)].append(c.value)
     out = []
-    for (expect, label, context, xfail, tol), values in groups.items():
-        where = _shown(context, hidden)
+    for (expect, label, context, xfail, tol, only), values in groups.items():
+        own = runner.P.lookup(runner.CONFIGS.build(context), row.key)
+        start = f" (from {show(own)})" if runner.normalized(own) != runner.normalized(default) else ""
+        where = _shown(context, hidden, named) + start + (f", {only}" if only else "")
         if xfail:
-            out.append(f"**known silent no-op**: {_values(values)}{where} ({xfail})")
+            kind = "no change shown" if xfail.startswith("not demonstrated") else "known silent no-op"
+            out.append(f"**{kind}** (strict xfail): {_values(values)}{where} ({xfail})")
         elif expect == "changes":
             out.append(f"changes {label}: {_values(values)}{where}")
         elif expect == "rejected":
@@ -131,32 +145,44 @@ def _phrases(row, model, runner, hidden: tuple[str, ...]) -> list[str]:
             out.append(f"invariant ({'bitwise' if tol == 0 else f'within {tol:g}'}; {label}): {_values(values)}"
                        f"{where}")
         else:
-            out.append(f"same as the context's value: {_values(values)}{where}")
+            out.append(f"same numbers (what the context's value resolves to): {_values(values)}{where}")
     if live:
         out += _live_phrases(row, live, model, runner)
     return out + ([row.note] if row.note else [])
 
 
 def _live_phrases(row, cases, model, runner) -> list[str]:
-    """The estimator walk: per extra context and verdict, the estimators (and layout where they differ)."""
-    verdicts: dict[tuple, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    """The estimator walk: per extra context, the values with the same verdicts grouped, and per verdict the
+    estimators (with the layout where the two layouts differ), or "every estimator and layout"."""
     label = cases[0].quantity.label
+    per_value: dict[tuple, dict[tuple[str, str], str]] = defaultdict(dict)
     for c in cases:
         est = next(x.split("=", 1)[1] for x in c.context if x.startswith("algorithm="))
         layout = next(x.split("=", 1)[1] for x in c.context if x.startswith("agent.layout="))
-        when = tuple(x for x in c.context if x not in model.estimator_context(est, layout))
-        verdict = "no-op" if c.xfail else runner.verdict(row, c)[0]
-        verdicts[(when, _values([c.value]))][f"{est}|{verdict}"].add(layout)
+        when = c.context[len(model.estimator_context(est, layout)):]  # sweep: the estimator's context, then `when`
+        per_value[(when, _values([c.value]))][(est, layout)] = "no-op" if c.xfail else runner.verdict(row, c)[0]
+    grouped: dict[tuple, list[str]] = defaultdict(list)
+    for (when, value), verdicts in per_value.items():
+        grouped[(when, tuple(sorted(verdicts.items())))].append(value)
+    text = {"accepted": f"changes {label}", "inert": "rejected as having no effect", "rejected": "rejected",
+            "no-op": "**known silent no-op** (strict xfail)"}
     out = []
-    for (when, values), by in verdicts.items():
-        parts: dict[str, list[str]] = defaultdict(list)
-        for key, layouts in by.items():
-            est, verdict = key.split("|")
-            parts[verdict].append(est if len(layouts) == 2 else f"{est} ({next(iter(layouts))} layout)")
-        text = {"accepted": f"changes {label}", "inert": "rejected as having no effect", "rejected": "rejected",
-                "no-op": "**known silent no-op**"}
-        said = "; ".join(f"{text[v]}: {', '.join(ests)}" for v, ests in parts.items())
-        out.append(f"{values}{_shown(when, ())}: {said}")
+    for (when, verdicts), values in grouped.items():
+        by_verdict: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for (est, layout), verdict in verdicts:
+            by_verdict[verdict].append((est, layout))
+        parts = []
+        every = len(verdicts) == len(model.ESTIMATORS) * len(model.LAYOUTS)
+        for verdict, pairs in by_verdict.items():
+            if len(by_verdict) == 1 and every:
+                parts.append(f"{text[verdict]} (every estimator, both layouts)")
+                continue
+            layouts = defaultdict(list)
+            for est, layout in pairs:
+                layouts[est].append(layout)
+            ests = [e if len(ls) == 2 else f"{e} ({ls[0]} layout)" for e, ls in layouts.items()]
+            parts.append(f"{text[verdict]}: {', '.join(ests)}")
+        out.append(f"{', '.join(values)}{_shown(when, ())}: {'; '.join(parts)}")
     return out
 
 
@@ -174,6 +200,9 @@ def render() -> str:
     from ragen.trainer.inert import show
 
     table, model, runner, env_rows = _liveness()
+    import liveness_table
+
+    named = liveness_table.NAMED_CONTEXTS
     comments = yaml_comments(ROOT / "config" / "base.yaml")
     defaults = _defaults()
     counts = defaultdict(int)
@@ -188,7 +217,8 @@ def render() -> str:
         else:
             section = row.key.split(".")[0]
             what, default, hidden = comments.get(row.key, ""), defaults[row.key], ()
-        effect = f"not numeric: {row.allow}" if row.allow else "; ".join(_phrases(row, model, runner, hidden))
+        effect = f"not numeric: {row.allow}" if row.allow else "; ".join(_phrases(row, model, runner, default, hidden,
+                                                                                    named))
         sections[section].append(f"| `{row.key}` | `{_cell(show(default))}` | {_cell(what) or '—'} | {_cell(effect)} |")
     head = [
         "# Config reference",
@@ -204,7 +234,11 @@ def render() -> str:
         "",
         f"{len(table.rows)} keys: {counts['changes']} change a quantity, {counts['rejected']} are rejected or "
         f"resolve to the same setting, {counts['invariant']} are invariant (speed / memory), "
-        f"{counts['not numeric']} are not numeric; {known} walked cases are known silent no-ops.",
+        f"{counts['not numeric']} are not numeric; {known} walked cases are strict xfails (known silent no-ops, "
+        "or an effect the probe does not show).",
+        "",
+        "Named contexts: " + "; ".join(f"the {name} context = {', '.join(f'`{c}`' for c in ctx)}"
+                                       for name, ctx in named.items()) + ".",
         "",
     ]
     body = []

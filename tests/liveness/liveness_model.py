@@ -61,6 +61,7 @@ class Case:
     xfail: str = ""
     skip: Callable[[], str | None] | None = None  # a reason to skip on this machine, or None
     match: str = ""  # rejected: text the ConfigError must hold (default: the key's last part)
+    only: str = ""  # the machines the case runs on, for the reference (with ``skip``)
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,8 @@ def _ctx(when: tuple[str, ...] | str) -> tuple[str, ...]:
 
 
 def changes(q: Quantity, *values: Any, when: tuple[str, ...] | str = (), xfail: str = "",
-            skip: Callable[[], str | None] | None = None) -> list[Case]:
-    return [Case(_ctx(when), v, "changes", q, xfail=xfail, skip=skip) for v in values]
+            skip: Callable[[], str | None] | None = None, only: str = "") -> list[Case]:
+    return [Case(_ctx(when), v, "changes", q, xfail=xfail, skip=skip, only=only) for v in values]
 
 
 def rejected(*values: Any, when: tuple[str, ...] | str = (), skip: Callable[[], str | None] | None = None,
@@ -119,8 +120,8 @@ def invariant(q: Quantity, *values: Any, tol: float = 0.0, when: tuple[str, ...]
 
 
 def same(q: Quantity, *values: Any, when: tuple[str, ...] | str = (),
-         skip: Callable[[], str | None] | None = None) -> list[Case]:
-    return [Case(_ctx(when), v, "same", q, skip=skip) for v in values]
+         skip: Callable[[], str | None] | None = None, only: str = "") -> list[Case]:
+    return [Case(_ctx(when), v, "same", q, skip=skip, only=only) for v in values]
 
 
 def estimator_context(estimator: str, layout: str) -> tuple[str, ...]:

@@ -52,7 +52,8 @@ class Configs:
         if context not in self._trees:
             from ragen.trainer.compose import compose
 
-            self._trees[context] = compose("base", list(dict.fromkeys([*self.base, *context])))
+            by_key = {o.split("=", 1)[0]: o for o in [*self.base, *context]}  # a later override of a key wins
+            self._trees[context] = compose("base", list(by_key.values()))
         return self._trees[context]
 
     def build(self, context: tuple[str, ...], key: str | None = None, value: Any = None) -> TrainConfig:

@@ -28,8 +28,6 @@ ACTOR = Quantity("ppo_step", ("actor",), "actor parameters after one PPO step", 
 CRITIC = Quantity("ppo_step", ("critic",), "critic parameters after one PPO step", slow=True)
 STEP = Quantity("ppo_step", None, "actor and critic parameters after one PPO step", slow=True)
 WARM = Quantity("warm", ("actor",), "actor parameters after the warm start", slow=True)
-ANY_STEP = Quantity("any_step", ("actor",), "policy parameters after one training step (PPO or ArCHer family)",
-                    slow=True)
 ARCHER = Quantity("archer_step", None, "policy and critic parameters after one ArCHer-family iteration", slow=True)
 REAL_SLOW = Quantity("rollout_real", ("sampled_tokens", "sample_log_probs"), "sampled tokens and log-probs",
                      slow=True)
@@ -44,7 +42,8 @@ COSINE = ("actor.lr_schedule=cosine",)
 ARCHER_CTX = ("algorithm.name=archer", "agent.layout=turn", "critic.encoder=tiny", "critic.head_hidden=16",
               "archer.batch_size=4", "archer.critic_epochs=2", "archer.warmup_iter=0", "env.max_turn=2",
               "env=frozen_lake", "trainer.sft_warmup_steps=0")
-PPO_TURN = ("agent.layout=turn", "env=frozen_lake", "env.max_turn=2", "trainer.sft_warmup_steps=0")
+# Contexts the reference names instead of listing their overrides.
+NAMED_CONTEXTS = {"archer": ARCHER_CTX, "multi-turn": MULTI_TURN}
 KL_TO_OWN_SPLIT = ("MS-GRPO / MS-PO read the step and outcome rewards, not the token rewards the KL penalty goes into; "
                    "validation does not reject kl_in_reward with them yet (in progress elsewhere)")
 
@@ -66,6 +65,10 @@ def _auto_is_bf16() -> bool:
     from ragen.utils.hardware import resolve_precision
 
     return resolve_precision("auto", "cpu")[0] == "bf16"
+
+
+FP32_CPU = "on a CPU without native bf16, where auto resolves to fp32"
+BF16_CPU = "on a CPU with native bf16, where auto resolves to bf16"
 
 
 def _auto_bf16() -> str | None:
@@ -113,8 +116,8 @@ t.add("actor.temperature", rejected(0.5))
 t.add("actor.log_prob_chunk_size", invariant(STEP, 1, 7, tol=ADAM_TOL))
 t.add("actor.checkpoint_lm_head", invariant(STEP, False))
 t.add("actor.gradient_checkpointing", invariant(STEP, True))
-t.add("actor.mixed_precision", changes(ACTOR, "bf16"), same(ACTOR, "auto", skip=_auto_bf16),
-      changes(ACTOR, "auto", skip=_auto_fp32), note="auto: bf16 where the CPU / GPU computes it natively, else fp32")
+t.add("actor.mixed_precision", changes(ACTOR, "bf16"), same(ACTOR, "auto", skip=_auto_bf16, only=FP32_CPU),
+      changes(ACTOR, "auto", skip=_auto_fp32, only=BF16_CPU))
 t.add("actor.seed", changes(ACTOR, 1, when="actor.lora_rank=4"),
       changes(ACTOR, 1, xfail="without LoRA nothing in the actor is random: a full-weight update of a dropout-free "
                               "model ignores actor.seed, and validation does not reject it"))
@@ -148,8 +151,8 @@ t.add("critic.value_clip", changes(CRITIC, 1e-4))
 t.add("critic.loss_agg", changes(CRITIC, "seq-mean-token-sum", "seq-mean-token-mean"))
 t.add("critic.mask_env_tokens", rejected(False))
 t.add("critic.gradient_checkpointing", invariant(STEP, True))
-t.add("critic.mixed_precision", changes(CRITIC, "bf16"), same(CRITIC, "auto", skip=_auto_bf16),
-      changes(CRITIC, "auto", skip=_auto_fp32))
+t.add("critic.mixed_precision", changes(CRITIC, "bf16"), same(CRITIC, "auto", skip=_auto_bf16, only=FP32_CPU),
+      changes(CRITIC, "auto", skip=_auto_fp32, only=BF16_CPU))
 t.add("critic.seed", changes(ARCHER, 1, when=ARCHER_CTX),
       changes(CRITIC, 1, xfail="the PPO critic's value head starts at zero and the default models have no dropout: "
                                "nothing in it is random, and validation does not reject critic.seed"))
@@ -169,8 +172,8 @@ t.add("rollout.group_size", changes(ROLLOUT, 2))
 t.add("rollout.val_n_groups", changes(VAL, 3))
 t.add("rollout.val_group_size", changes(VAL, 2))
 t.add("rollout.val_seed", changes(VAL, 7, when=MULTI_TURN))
-t.add("rollout.dtype", changes(REAL, "bfloat16", "float16"), same(REAL, "auto", skip=_auto_bf16),
-      changes(REAL, "auto", skip=_auto_fp32), note="auto: bfloat16 where the device computes it natively, else float32")
+t.add("rollout.dtype", changes(REAL, "bfloat16", "float16"), same(REAL, "auto", skip=_auto_bf16, only=FP32_CPU),
+      changes(REAL, "auto", skip=_auto_fp32, only=BF16_CPU))
 t.add("rollout.val_temperature", changes(REAL_VAL, None, 0.7))
 t.add("rollout.train_envs", changes(ROLLOUT, [{"name": "frozen_lake", "n_groups": 2}]))
 t.add("rollout.val_envs", changes(VAL, [{"name": "frozen_lake", "n_groups": 2}]))
@@ -209,8 +212,9 @@ t.add("env.max_actions_per_turn", changes(PROMPT, 1, when=MULTI_TURN))
 t.allow("env.config", "mapping: the env's keyword arguments, one row per env key (env.config.* below)")
 
 # ---- algorithm (the PPO step's credit: every estimator, both layouts)
-t.add("algorithm.name", changes(ANY_STEP, "archer", "chai", "filtered_bc", when=PPO_TURN),
-      rejected("ppo", when=ARCHER_CTX))
+t.add("algorithm.name", changes(ARCHER, "chai", "filtered_bc", when=ARCHER_CTX), rejected("ppo", when=ARCHER_CTX),
+      note="ppo and the ArCHer family are different trainers (python -m ragen.train / ragen.archer); walked from "
+           "archer")
 t.add("algorithm.estimator",
       changes(CREDIT, "turn_gae", "bilevel_gae", "weighted_gae", "grpo", "rloo", "gigpo"),
       rejected("ms_grpo", "ms_po", "reinforce_pp"), changes(CREDIT, "ms_grpo", "ms_po", when="env=search_qa"),

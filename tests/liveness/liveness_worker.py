@@ -5,10 +5,10 @@
   parameters afterwards.
 * ``warm``: ``PPOTrainer.setup`` + ``run_warm_start`` when ``trainer.sft_warmup_steps`` > 0: the ``actor``
   parameters afterwards.
-* ``archer_step``: ``ArcherTrainer.setup`` + one ``train_step`` with the trainer's own engine (the tiny model: its
-  fresh actions' log-probs are the policy's, as the REINFORCE ratio assumes): the ``actor`` and ``critic`` (online
-  and target) parameters afterwards; ``any_step``: ``ppo_step`` or ``archer_step`` by
-  ``algorithm.name``.
+* ``archer_step``: ``ArcherTrainer.setup`` + one ``train_step``, the rollout played by the scripted engine (varied
+  rewards) and the fresh actions (and CHAI's candidates) sampled by the trainer's own engine over the tiny policy (so
+  their log-probs are the policy's, as the REINFORCE ratio assumes): the ``actor`` and ``critic`` (online and
+  target) parameters afterwards.
 
 Each runs in a fresh temporary run folder; torch's deterministic-algorithms switch is restored afterwards.
 """
@@ -86,10 +86,13 @@ def warm(cfg: TrainConfig) -> dict[str, torch.Tensor]:
 
 def _archer(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     from ragen.archer.trainer import ArcherTrainer
+    from ragen.trainer.builders import build_proxies
 
     trainer = ArcherTrainer(cfg)
     trainer.setup()
-    try:
+    try:  # the rollout by the scripted engine; fresh actions (and CHAI's candidates) sampled by the policy's engine
+        trainer.proxy, trainer.val_proxy = build_proxies(cfg, P.ScriptedEngine(trainer.tokenizer, cfg),
+                                                         trainer.tokenizer)
         trainer.train_step()
         out = {"actor": _flat(trainer.workers["actor"].call_rank0("full_state_dict"))}
         if trainer.workers.get("critic") is not None:
@@ -104,9 +107,4 @@ def archer_step(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     return _run(cfg, _archer)
 
 
-def any_step(cfg: TrainConfig) -> dict[str, torch.Tensor]:
-    """One training step of the trainer ``algorithm.name`` selects (``ragen.trainer.main.run``'s dispatch)."""
-    return archer_step(cfg) if cfg.algorithm.name != "ppo" else ppo_step(cfg)
-
-
-PROBES = {"ppo_step": ppo_step, "warm": warm, "archer_step": archer_step, "any_step": any_step}
+PROBES = {"ppo_step": ppo_step, "warm": warm, "archer_step": archer_step}

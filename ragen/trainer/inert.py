@@ -35,10 +35,10 @@ def algorithm_keys_read(cfg: TrainConfig) -> tuple[str, ...]:
 
     Always :data:`ALWAYS_READ` (``whiten`` except for :data:`SELF_WHITENED` estimators), plus the scalars the
     estimator declares, ``eps`` when whitening (the whitening divides by std + eps), ``kl_coef`` / ``kl_kind`` with
-    ``kl_in_reward``. ``skip_env_tokens`` only matters where
-    env tokens sit between model tokens of one row (not in the turn layout's per-episode view of model tokens) and
-    ``gamma`` or ``lam`` is below 1 (at gamma = lam = 1 the values at env tokens telescope away); ``use_step_reward``
-    is not read by estimators that take the step and outcome rewards themselves (:data:`OWN_STEP_SPLIT`).
+    ``kl_in_reward``. ``skip_env_tokens`` only matters where env tokens sit between model tokens of one row (not in
+    the turn layout's per-episode view of model tokens) and ``gamma`` or ``lam`` is below 1 (at gamma = lam = 1 the
+    values at env tokens telescope away); ``use_step_reward`` is not read by estimators that take the step and
+    outcome rewards themselves (:data:`OWN_STEP_SPLIT`).
     """
     from ragen.algorithms import ADVANTAGE_ESTIMATORS
 
@@ -67,7 +67,9 @@ def show(value: Any) -> str:
 
 def _set(value: Any, default: Any) -> bool:
     """``value`` differs from the schema ``default`` (tuples and lists compare alike)."""
-    norm = (lambda x: list(x) if isinstance(x, tuple | list) else x)  # noqa: E731
+    def norm(x: Any) -> Any:
+        return list(x) if isinstance(x, tuple | list) else x
+
     return norm(value) != norm(default)
 
 
@@ -101,6 +103,8 @@ def _algorithm(cfg: TrainConfig) -> list[str]:
             why = "with algorithm.gamma=1 and algorithm.lam=1 the values at env tokens cancel out"
         elif key in ("kl_coef", "kl_kind"):
             why = "algorithm.kl_in_reward=false (no KL penalty in the reward)"
+        elif key == "eps":
+            why = f"algorithm.estimator={alg.estimator!r} does not read it and algorithm.whiten=false"
         elif key == "use_step_reward":
             why = (f"algorithm.estimator={alg.estimator!r} reads the step and outcome rewards itself; for outcome-only "
                    "training use algorithm.estimator=grpo")

@@ -11,7 +11,6 @@ knob that leaves every number identical; the rest are allow-listed with a reason
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from pathlib import Path
 
@@ -39,8 +38,10 @@ def schema_keys() -> list[str]:
 
 
 def env_keys() -> list[str]:
-    """``<env>:env.config.<keyword>`` for every registered env's constructor keyword."""
-    return [f"{name}:env.config.{key}" for name in ragen.env.names() for key in ragen.env.config_keys(name)]
+    """``<env>:env.config.<keyword>`` for every constructor keyword of the shipped envs (``config/env/<name>.yaml``;
+    envs that tests register are not part of the config)."""
+    names = sorted(p.stem for p in (ROOT / "config" / "env").glob("*.yaml"))
+    return [f"{name}:env.config.{key}" for name in names for key in ragen.env.config_keys(name)]
 
 
 def test_every_key_has_a_row():
@@ -51,14 +52,6 @@ def test_every_key_has_a_row():
     assert not stale, f"rows for keys that do not exist (remove them from {TABLE_FILE}): {stale}"
     for row in TABLE.rows:
         assert bool(row.allow) != bool(row.cases), f"{row.id}: a row has either cases or an allow reason"
-
-
-def test_env_rows_cover_the_constructors():
-    """Env rows name the keyword of the env's registered factory (``ragen.env.config_keys``)."""
-    for row in TABLE.rows:
-        if row.env is not None:
-            factory = ragen.env.base._lookup(row.env)
-            assert row.key.rsplit(".", 1)[-1] in inspect.signature(factory).parameters, row.id
 
 
 def test_reference_is_current():

@@ -11,6 +11,7 @@ import math
 import os
 import socket
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -157,7 +158,7 @@ class WandbLogger:
         id_file = Path(run_dir) / ID_FILE
         run_id = id_file.read_text().strip() if resume and id_file.is_file() else None
         if run_id is None:
-            run_id = wandb.util.generate_id()
+            run_id = uuid.uuid4().hex[:12]
             id_file.parent.mkdir(parents=True, exist_ok=True)
             id_file.write_text(run_id + "\n")
         # wandb records the command line (sys.argv, read at init) and, by default, a copy of the console: the

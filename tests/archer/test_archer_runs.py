@@ -27,7 +27,7 @@ def _overrides(out: Path, steps: int = 2, ray: bool = False) -> list[str]:
         "archer.actor_epochs=1",  # pinned: the default config's loop sizes change with its measurements
         "actor.lr=1e-3", "critic.lr=1e-3", "trainer.num_threads=1", "actor.mixed_precision=fp32",
         "rollout.dtype=float32", f"trainer.use_ray={str(ray).lower()}", "env.max_turn=2", "trainer.save_freq=1",
-        "trainer.keep_last_ckpt=null", "trainer.val_before_train=false", "archer.chai_candidates=3",
+        "trainer.keep_last_ckpt=null", "trainer.val_before_train=false",
         "trainer.sft_warmup_steps=0",  # the warm start has its own test (test_archer_warm_start.py)
     ]
 
@@ -66,7 +66,7 @@ def test_launcher_runs_archer_three_iterations_in_ray_workers_without_memory_gro
 
 
 def test_chai_trains_the_critic_and_leaves_the_policy(tmp_path):
-    cfg = load_train_config("chai_twenty_questions", _overrides(tmp_path))
+    cfg = load_train_config("chai_twenty_questions", [*_overrides(tmp_path), "archer.chai_candidates=3"])
     run(cfg)
     records = read_metrics(tmp_path)
     assert_all_finite(records)

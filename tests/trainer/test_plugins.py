@@ -149,6 +149,17 @@ def test_imports_key_registers_env_and_estimator(tmp_path, monkeypatch):
     torch.testing.assert_close(adv, torch.tensor([[0.5, 0.5, 0], [-0.5, -0.5, 0], [1.0, 0, 0], [-1.0, 0, 0]]))
 
 
+def test_eval_takes_a_plugin_env(tmp_path, monkeypatch):
+    """python -m ragen.eval --env <plugin env> with imports=[...] among its overrides."""
+    from ragen.evaluation.runner import env_config
+
+    monkeypatch.syspath_prepend(str(write_plugin(tmp_path, "guess_e", "grpo_times_one_e", register_env="guess_e")))
+    cfg = env_config("ppo_multi_turn", ["imports=[guess_e.env]"], "guess_e")
+    assert (cfg.env.name, cfg.env.max_turn) == ("guess_e", 4)
+    with pytest.raises(ConfigError, match="cannot import 'guess_f.env'"):
+        env_config("ppo_multi_turn", ["imports=[guess_f.env]"], "guess_f")
+
+
 def test_imports_in_the_primary_config_and_its_config_dir(tmp_path, monkeypatch):
     """An experiment of the user's own (--config-dir) names its plugin in `imports:`; the entry point's preparation
     imports it before Hydra composes, so `env=<plugin env>` resolves."""

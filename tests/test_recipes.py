@@ -52,7 +52,8 @@ def cpu_tuning(name: str) -> dict:
 def test_cpu_configs_are_unchanged(name):
     """Every config's CPU composition equals the one the learning checks were measured with: the keys that differ
     from the defaults and their values, pinned in tests/data/cpu_config_pins.json (archer_twenty_questions_paper is
-    GPU-sized on any device and not pinned)."""
+    GPU-sized on any device and not pinned). A deliberate change of a CPU recipe is re-measured (README "Learning
+    checks") and the file rewritten from :func:`cpu_tuning`."""
     assert cpu_tuning(name) == PINS[name]
 
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# multi-turn PPO (token GAE over model tokens, env tokens skipped) on FrozenLake 3x3. Experiment settings live in
-# config/ppo_multi_turn.yaml; every argument is a Hydra override,
-# e.g. `bash train_ppo_multi_turn.sh trainer.total_steps=5 model=tiny` or `bash train_ppo_multi_turn.sh trainer=gpu trainer.use_ray=true model.path=Qwen/Qwen2.5-0.5B-Instruct`
-# (the CPU default runs the workers in this process; GPUs need Ray workers).
+# Multi-turn PPO (token GAE over model tokens, env tokens skipped) on FrozenLake 3x3. Experiment:
+# config/ppo_multi_turn.yaml; the device's recipe: config/recipe/multi_turn_<cpu|gpu>.yaml (trainer=cpu, the default:
+# the measured CPU demo; trainer=gpu: RAGEN's settings on 8 GPUs with Ray workers and vLLM). Every argument is a
+# Hydra override, e.g.
+#   bash train_ppo_multi_turn.sh trainer.total_steps=5 model=tiny
+#   bash train_ppo_multi_turn.sh env=sokoban              # any config/env/ file, with its own turns and config
+#   bash train_ppo_multi_turn.sh trainer=gpu model.path=Qwen/Qwen2.5-0.5B-Instruct
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/bootstrap.sh

@@ -14,7 +14,7 @@ import sys
 
 import hydra
 
-from ragen.trainer.compose import config_dir, to_train_config
+from ragen.trainer.compose import config_dir, prepare_cli, to_train_config
 from ragen.trainer.config import ConfigError, TrainConfig
 
 DEFAULT_STEPS = 20
@@ -42,4 +42,5 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
+    prepare_cli("base")  # plugins (entry points, imports) before Hydra composes
     main()

@@ -3,10 +3,12 @@
 # Questions (config/archer_twenty_questions.yaml: 4-question games over the 8-object table, a 2-step expert warm
 # start, 5 ArCHer iterations; validation success 0 -> 0 -> 0.19 on 16 games; 9.0 minutes on a quiet 2-core CPU,
 # 11.4-13.5 with other jobs on it) into runs/archer_twenty_questions/ (metrics.jsonl,
-# learning_curve.png, checkpoints/, val_rollouts/). Every argument is a Hydra override, e.g.
+# learning_curve.png, checkpoints/, val_rollouts/). The device's recipe: config/recipe/archer_*_<cpu|gpu>.yaml
+# (trainer=gpu: the reference code's loop). Every argument is a Hydra override, e.g.
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions
 #   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3
 #   bash scripts/train_archer.sh algorithm.name=chai model=tiny critic.encoder=tiny
+#   bash scripts/train_archer.sh trainer=gpu model.path=<policy folder, e.g. an SFT run>
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hydra
 
-from ragen.trainer.compose import config_dir
+from ragen.trainer.compose import config_dir, prepare_cli
 
 
 @hydra.main(config_path=str(config_dir()), config_name="archer_twenty_questions", version_base="1.3")
@@ -20,4 +20,5 @@ def main(cfg) -> None:
 
 
 if __name__ == "__main__":
+    prepare_cli("archer_twenty_questions")  # plugins (entry points, imports) before Hydra composes
     main()

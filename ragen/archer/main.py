@@ -60,6 +60,9 @@ def validate_archer(cfg: TrainConfig) -> None:
 
 def run(cfg: TrainConfig) -> dict[str, float]:
     """Validate, set up, train, shut down (Ray too when this call started it)."""
+    from ragen.plugins import load_plugins
+
+    load_plugins(cfg.imports)
     validate_archer(cfg)
     import ray
 

@@ -160,3 +160,55 @@ def make(name: str, **config: Any) -> Env:
     if bad:
         raise ValueError(f"unknown config key(s) {bad} for env {name!r}; valid keys: {', '.join(valid)}")
     return factory(**config)
+
+
+def plugin_names() -> list[str]:
+    """Registered envs that are not built into ragen (plugins: ``ragen.plugins.load_plugins``), sorted."""
+    return sorted(set(_REGISTRY) - set(_BUILTIN_MODULES))
+
+
+def default_config(name: str) -> dict[str, Any]:
+    """Env ``name``'s own defaults as an env config section (``{name, max_turn, max_actions_per_turn, config}``).
+
+    Declared by the env's factory, so a plugin env needs no YAML file: class attributes ``DEFAULT_MAX_TURN`` and
+    ``DEFAULT_MAX_ACTIONS_PER_TURN`` (1 when absent) and the constructor's keyword arguments with their defaults as
+    ``config`` (``"???"``, OmegaConf's "required", for an argument without a default). Tuples become lists; a
+    default that is not plain data (None, bool, number, string, list, dict) raises a ``ValueError`` naming it."""
+    factory = _lookup(name)
+    config = {}
+    for key, param in inspect.signature(factory).parameters.items():
+        if param.kind not in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD):
+            continue
+        value = "???" if param.default is param.empty else _plain(param.default)
+        if value is _NOT_PLAIN:
+            raise ValueError(f"env {name!r}: the default of {key}={param.default!r} cannot go in a config; give "
+                             "it a plain default (None, a number, a string, a list) or ship config/env/<name>.yaml")
+        config[key] = value
+    turns = {k: int(getattr(factory, f"DEFAULT_{k.upper()}", 1)) for k in ("max_turn", "max_actions_per_turn")}
+    return {"name": name, **turns, "config": config}
+
+
+_NOT_PLAIN = object()
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as YAML-able data (tuples as lists), or ``_NOT_PLAIN``."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in items) else items
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        items = {k: _plain(v) for k, v in value.items()}
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in items.values()) else items
+    return _NOT_PLAIN
+
+
+def missing_extras(name: str) -> list[str]:
+    """What env ``name`` needs but is not installed, one message each naming the extra to install. An env declares
+    its optional packages in the class attribute ``EXTRAS``: ``{import name: extra of ragen}``."""
+    import importlib.util
+
+    extras = getattr(_lookup(name), "EXTRAS", {}) or {}
+    return [f"env {name!r} needs the {extra} extra (the {module} package): pip install 'ragen[{extra}]'"
+            for module, extra in sorted(extras.items()) if importlib.util.find_spec(module) is None]

@@ -72,7 +72,8 @@ def jericho_game(game_path: str, seed: int) -> GameLike:
         import jericho
     except ImportError as exc:
         raise ImportError(
-            "text_adventure needs jericho: pip install jericho (it builds a small C library; needs gcc and make)"
+            "text_adventure needs jericho, the text_adventure extra: pip install 'ragen[text_adventure]' (it builds a "
+            "small C library; needs gcc and make)"
         ) from exc
     with warnings.catch_warnings():  # "not fully supported" games still play; we show a hint instead
         warnings.simplefilter("ignore")
@@ -94,6 +95,8 @@ INSTRUCTIONS = (
 @register("text_adventure")
 class TextAdventureEnv:
     """Jericho text adventure (see the module docstring); config keys are the constructor's keyword arguments."""
+
+    EXTRAS = {"jericho": "text_adventure"}  # ragen.env.missing_extras: checked by config validation
 
     def __init__(
         self,

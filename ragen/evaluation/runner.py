@@ -47,10 +47,11 @@ class EpisodeResult:
 
 
 def env_names_available() -> list[str]:
-    """Env config names under ``config/env/`` (what ``--env`` accepts)."""
+    """Env config names under ``config/env/`` and the plugin envs loaded so far (what ``--env`` accepts)."""
+    import ragen.env
     from ragen.trainer.compose import config_dir
 
-    return sorted(p.stem for p in (config_dir() / "env").glob("*.yaml"))
+    return sorted({p.stem for p in (config_dir() / "env").glob("*.yaml")} | set(ragen.env.plugin_names()))
 
 
 def env_config(config_name: str, overrides: list[str], env: str | None) -> TrainConfig:
@@ -63,9 +64,14 @@ def env_config(config_name: str, overrides: list[str], env: str | None) -> Train
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from ragen.trainer.compose import config_dir, load_train_config
+    from ragen.plugins import PluginError
+    from ragen.trainer.compose import config_dir, load_train_config, prepare_composition
     from ragen.trainer.validate import check_env
 
+    try:  # plugin envs (entry points, imports=[...] among the overrides) before --env is checked
+        prepare_composition(config_name, overrides)
+    except PluginError as exc:
+        raise ConfigError([str(exc)]) from None
     if env is not None and env not in env_names_available():
         raise ConfigError([f"--env {env!r}: no config/env/{env}.yaml; available: {', '.join(env_names_available())}"])
     if not (config_dir() / f"{config_name}.yaml").is_file():

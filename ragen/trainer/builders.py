@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ragen.plugins import ENVIRON_VAR as PLUGINS_VAR
 from ragen.trainer import env_mix
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import (
@@ -111,14 +112,17 @@ def start_ray(cfg: TrainConfig) -> None:
     quiet = bool(os.environ.get(LOG_VAR))  # the CLI's quiet console: workers write to the run's log themselves
     if quiet:
         env_vars[LOG_VAR] = os.environ[LOG_VAR]
+    # every worker process imports the plugins (entry points and cfg.imports) before it runs anything
+    env_vars[PLUGINS_VAR] = ",".join(cfg.imports)
+    runtime_env = {"env_vars": env_vars, "worker_process_setup_hook": "ragen.plugins.load_plugins_from_environ"}
     if address:
-        ray.init(address=address, runtime_env={"env_vars": env_vars})
+        ray.init(address=address, runtime_env=runtime_env)
         return
     ranks = sum(world_size(cfg, r) for r in ("actor", "critic", "ref"))
     cpus = max(os.cpu_count() or 1, int(ranks * cfg.trainer.cpus_per_worker + 1))
     # address="local": always a fresh local instance; never attach to another Ray found on the machine (e.g. a
     # `ray start` or another user's run): connecting to a cluster is opt-in (RAY_ADDRESS)
-    ray.init(address="local", num_cpus=cpus, include_dashboard=False, runtime_env={"env_vars": env_vars},
+    ray.init(address="local", num_cpus=cpus, include_dashboard=False, runtime_env=runtime_env,
              logging_level="WARNING", log_to_driver=not quiet)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,95 @@ def to_train_config(cfg: Any) -> TrainConfig:
     return build_config(raw)
 
 
+def prepare_composition(config_name: str = "base", overrides: Sequence[str] = (),
+                        config_dirs: Sequence[str | Path] = ()) -> list[str]:
+    """Load the plugins a composition needs, before Hydra composes: every ``ragen.envs`` / ``ragen.estimators``
+    entry point and the modules of ``imports`` (``ragen.plugins.load_plugins``), so that ``env=<plugin env>`` and
+    ``algorithm.estimator=<plugin estimator>`` resolve. ``imports`` is the command line's (``imports=[a,b]``) if
+    given, else the primary config's (``<config_name>.yaml`` in ``config_dirs`` or :func:`config_dir`, or the
+    configs it inherits). Every Hydra entry point calls this first (:func:`prepare_from_argv`); :func:`compose`
+    does. Returns the imports; raises ``ragen.plugins.PluginError`` naming a module that failed."""
+    from ragen.plugins import load_plugins
+
+    dirs = [Path(d) for d in config_dirs] + [config_dir()]
+    imports = _override_imports(overrides)
+    if imports is None:
+        imports = _file_imports(config_name, dirs, set()) or []
+    load_plugins(imports, env_config_dirs=[d / "env" for d in dirs])
+    return imports
+
+
+def prepare_from_argv(default_config_name: str, argv: Sequence[str] | None = None) -> list[str]:
+    """:func:`prepare_composition` for a ``@hydra.main`` entry point's command line (``--config-name``,
+    ``--config-dir``, overrides; default ``sys.argv[1:]``). A command line Hydra's parser rejects is left to Hydra."""
+    import sys
+
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit:
+        return []
+    return prepare_composition(args.config_name or default_config_name, args.overrides,
+                               [args.config_dir] if args.config_dir else [])
+
+
+def prepare_cli(default_config_name: str) -> None:
+    """:func:`prepare_from_argv` in a ``@hydra.main`` entry point's ``__main__``: a plugin that fails to load exits
+    with status 2 and its message (as a config error does), before Hydra composes."""
+    import sys
+
+    from ragen.plugins import PluginError
+
+    try:
+        prepare_from_argv(default_config_name)
+    except PluginError as exc:
+        print(f"[ragen] {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _override_imports(overrides: Sequence[str]) -> list[str] | None:
+    """The ``imports`` a command line sets (``imports=[a,b]``, ``+imports=a``, ``~imports``), or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except Exception:  # noqa: BLE001 - Hydra reports a malformed override itself when it composes
+        return None
+    found = None
+    for o in parsed:
+        if o.key_or_group == "imports":
+            value = None if o.is_delete() else o.value()
+            found = [] if value is None else [value] if isinstance(value, str) else [str(m) for m in value]
+    return found
+
+
+def _file_imports(name: str, dirs: list[Path], seen: set[str]) -> list[str] | None:
+    """``imports`` of config ``name`` (its own key, else the last inherited config's that sets one), or None."""
+    import yaml
+
+    path = next((d / f"{name}.yaml" for d in dirs if (d / f"{name}.yaml").is_file()), None)
+    if path is None or name in seen:
+        return None
+    seen.add(name)
+    raw = yaml.safe_load(path.read_text()) or {}
+    if raw.get("imports") is not None:
+        return list(raw["imports"])
+    inherited = None
+    for entry in raw.get("defaults") or []:
+        if isinstance(entry, str) and entry != "_self_":
+            inherited = _file_imports(entry, dirs, seen) or inherited
+    return inherited
+
+
 def compose(config_name: str = "base", overrides: list[str] | None = None) -> Any:
-    """Compose ``config/<config_name>.yaml`` with Hydra overrides (outside ``@hydra.main``, e.g. in tests)."""
+    """Compose ``config/<config_name>.yaml`` with Hydra overrides (outside ``@hydra.main``, e.g. in tests), after
+    :func:`prepare_composition`."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    prepare_composition(config_name, list(overrides or []))
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides or []))

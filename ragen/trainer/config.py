@@ -348,8 +348,14 @@ class TrainerSection:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The whole, resolved trainer config."""
+    """The whole, resolved trainer config.
 
+    ``imports``: the one top-level key besides the sections: modules imported before the config is composed, in the
+    driver and in every Ray worker (``ragen.plugins.load_plugins``), so the envs and estimators they register can be
+    named by ``env=`` / ``algorithm.estimator=``. It is read before composition (the env group of a plugin env
+    exists only after its import), so it belongs to no section."""
+
+    imports: list[str] = field(default_factory=list)
     model: ModelSection = field(default_factory=ModelSection)
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticSection = field(default_factory=CriticSection)
@@ -400,8 +406,11 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
     """
     problems: list[str] = []
     built: dict[str, Any] = {}
+    imports = raw.get("imports") or []
+    if not (isinstance(imports, list | tuple) and all(isinstance(m, str) and m for m in imports)):
+        problems.append(f"imports={imports!r} must be a list of module names, e.g. imports=[my_pkg.envs]")
     for name in raw:
-        if name not in SECTIONS and name != "hydra":
+        if name not in SECTIONS and name not in ("hydra", "imports"):
             keys = [f"{name}.{k}" for k in raw[name]] if isinstance(raw[name], dict) else [name]
             problems.append(f"unknown config section {name!r} (set by {', '.join(keys)}); valid sections: "
                             f"{', '.join(SECTIONS)}")
@@ -422,7 +431,7 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
             problems.append(f"{name}: {exc}")
     if problems:
         raise ConfigError(problems)
-    return TrainConfig(**built)
+    return TrainConfig(imports=list(imports), **built)
 
 
 def _matches(value: Any, annotation: str) -> bool:

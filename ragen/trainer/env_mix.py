@@ -35,9 +35,12 @@ class EnvGroup:
 def _env_file(name: str) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
+    import ragen.env
     from ragen.trainer.compose import config_dir
 
     path = config_dir() / "env" / f"{name}.yaml"
+    if not path.is_file() and name in ragen.env.plugin_names():  # a plugin env: its own declared defaults
+        return ragen.env.default_config(name)
     if not path.is_file():
         names = sorted(p.stem for p in (config_dir() / "env").glob("*.yaml"))
         raise ConfigError([f"no config/env/{name}.yaml; available: {', '.join(names)}"])

@@ -18,6 +18,9 @@ def run(cfg: TrainConfig) -> dict[str, float]:
     errors. ``algorithm.name`` archer / chai / filtered_bc runs the ArCHer family's trainer
     (``ragen.archer.main.run``).
     """
+    from ragen.plugins import load_plugins
+
+    load_plugins(cfg.imports)  # a config built in Python (not composed from the command line) names its plugins here
     if cfg.algorithm.name != "ppo":
         from ragen.archer.main import run as run_archer
 

@@ -52,6 +52,7 @@ def check_env(cfg: TrainConfig) -> list[str]:
     if env.name not in ragen.env.names():
         return [f"env.name={env.name!r} is unknown; registered envs: {', '.join(ragen.env.names())} "
                 "(select one with env=<name>)"]
+    out += ragen.env.missing_extras(env.name)
     valid = ragen.env.config_keys(env.name)
     bad = sorted(set(env.config) - set(valid))
     if bad:

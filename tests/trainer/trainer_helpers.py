@@ -71,11 +71,12 @@ def load_actor_weights(ckpt: Path) -> dict:
 
 def gpu_overrides(out_dir: Path, device: str, tokenizer_dir: str, steps: int = 3, *extra: str) -> list[str]:
     """Overrides of a run of the ``trainer=gpu`` group on one device: one GPU, in-process workers, the hf engine,
-    ``tiny_overrides`` sizes, no validation before the final one, the tokenizer from ``tokenizer_dir`` (a folder
-    ``ragen.models.export_tokenizer`` wrote: the GPU machine has no packaged default model). ``device`` ``cpu``
-    runs the same config on CPU. ``extra`` overrides replace earlier values of the same keys."""
+    ``tiny_overrides`` sizes with every group kept (the GPU recipes keep the top 25% of 8 groups), no validation
+    before the final one, the tokenizer from ``tokenizer_dir`` (a folder ``ragen.models.export_tokenizer`` wrote: the
+    GPU machine has no packaged default model). ``device`` ``cpu`` runs the same config on CPU. ``extra`` overrides
+    replace earlier values of the same keys."""
     base = [*tiny_overrides(out_dir, steps), "trainer=gpu", "trainer.n_gpus_per_node=1", f"trainer.device={device}",
             "rollout.engine=hf", "trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0",
-            f"model.tokenizer_path={tokenizer_dir}"]
+            "algorithm.rollout_filter_ratio=1.0", f"model.tokenizer_path={tokenizer_dir}"]
     replaced = {e.split("=", 1)[0] for e in extra}
     return [o for o in base if o.split("=", 1)[0] not in replaced] + list(extra)

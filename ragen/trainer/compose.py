@@ -8,11 +8,26 @@ from typing import Any
 
 from ragen.trainer.config import ConfigError, TrainConfig, build_config
 
+CONFIG_PACKAGE = "ragen_config"  # the installed copy of config/ (setup.py maps the package to that folder)
+
 
 def config_dir() -> Path:
-    """``$RAGEN_CONFIG_DIR`` or the repository's ``config/`` folder (next to the ``ragen`` package)."""
+    """The Hydra config folder: ``$RAGEN_CONFIG_DIR``, else the checkout's ``config/`` (next to the ``ragen``
+    package), else the copy installed with the package (``ragen_config``, a wheel's package data)."""
     env = os.environ.get("RAGEN_CONFIG_DIR")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[2] / "config"
+    if env:
+        return Path(env).expanduser().resolve()
+    checkout = Path(__file__).resolve().parents[2] / "config"
+    if (checkout / "base.yaml").is_file():
+        return checkout
+    import importlib.util
+
+    spec = importlib.util.find_spec(CONFIG_PACKAGE)  # a folder of YAML files: located, never imported as code
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if (Path(location) / "base.yaml").is_file():
+                return Path(location)
+    return checkout  # not found: Hydra's own error names this folder
 
 
 def to_train_config(cfg: Any) -> TrainConfig:

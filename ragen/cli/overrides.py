@@ -94,10 +94,12 @@ def _key_problem(cfg: Any, line: str, key: str) -> str | None:
     """None when ``key`` exists in the composed ``cfg``, else the line with the closest existing key."""
     from omegaconf import OmegaConf
 
-    if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT:
-        return None
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=_ABSENT, throw_on_missing=False) if parent else cfg
+    if not OmegaConf.is_dict(node) and node is not _ABSENT:
+        return None  # a list index or a leaf's attribute: Hydra judges it
+    if OmegaConf.is_dict(node) and leaf in [str(k) for k in node.keys()]:  # keys() includes required (???) keys
+        return None
     if OmegaConf.is_dict(node):
         names = [str(k) for k in node.keys()]
         near = closest(leaf, names)

@@ -20,7 +20,7 @@ EXAMPLES = """examples:
   python -m ragen.eval runs/bandit_gae --env bandit --n 200
   python -m ragen.eval smollm2-135m-instruct runs/bandit_gae --env bandit --env delayed_choice --json eval.json
   python -m ragen.eval runs/x/checkpoints/global_step_20 --env frozen_lake agent.think=false \\
-      agent.response_prefix='<answer>'
+      "agent.response_prefix='<answer>'"
   python -m ragen.eval openai:my-model --base-url http://localhost:8000/v1 --env sokoban \\
       model.tokenizer_path=/models/my-model
 

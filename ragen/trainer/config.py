@@ -268,11 +268,9 @@ class TrainerSection:
 
     ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
     validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none``, a
-    checkpoint path, or ``force`` (as ``auto``, also when the run folder holds a run saved with another config: the
-    CLI refuses that otherwise, ``ragen.trainer.prestart``). ``dry_run``: check everything (config, the model's
-    config and tokenizer, the envs, the output folder), print the plan and exit without starting anything or
-    writing a file (``ragen train --check``; ``ragen.trainer.plan``). World sizes null = all accelerators
-    (``n_gpus_per_node * nnodes``), or 1 on CPU.
+    checkpoint path, or ``force`` (= ``auto``, also into a run folder saved with another config, which the CLI
+    refuses otherwise). ``dry_run``: check everything, print the plan, start and write nothing (``--check``).
+    World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).

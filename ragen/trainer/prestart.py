@@ -6,6 +6,7 @@ seconds and prints one line per problem (``ConfigError``), never a traceback:
 
 * the model (``model.path``, or only the tokenizer with ``model.tiny=true``; ``critic.model_path`` when set): its
   transformers config and tokenizer load (``ragen.models.inspect_model``; a dry run reads no weights);
+* ``trainer.resume`` given as a path names a complete checkpoint;
 * the output folder: a run saved there (``<trainer.output_dir>/config.json``) with another config is refused,
   naming each differing key with its old and new value, unless ``trainer.resume=force``; the keys in
   :data:`RESUME_KEYS` may differ, since a continued run changes them (more steps, other logging);
@@ -21,8 +22,9 @@ from typing import Any
 
 from ragen.trainer.config import ConfigError, TrainConfig
 
-# Keys a continued run may change: its length, resume mode, logging, progress, reporting and fault handling,
-# none of which changes what the steps compute. Every other key must equal the saved run's.
+# Keys a continued run may change: its length, resume mode, logging, progress, reporting, fault handling and
+# where the workers run (Ray or in-process, its cluster and placement), none of which changes what the steps
+# compute. Every other key must equal the saved run's.
 RESUME_KEYS = frozenset({
     "trainer.total_steps", "trainer.resume", "trainer.val_only", "trainer.dry_run", "trainer.output_dir",
     "trainer.verbose", "trainer.progress_bar", "trainer.loggers", "trainer.project_name", "trainer.experiment_name",
@@ -30,7 +32,7 @@ RESUME_KEYS = frozenset({
     "trainer.report_train_samples", "trainer.report_val_samples", "trainer.max_restarts",
     "trainer.max_consecutive_skips", "trainer.worker_call_timeout_s", "trainer.worker_start_timeout_s",
     "trainer.placement_timeout_s", "trainer.ray_address", "trainer.num_threads", "trainer.cpus_per_worker",
-    "model.cache_dir",
+    "trainer.use_ray", "trainer.placement_strategy", "model.cache_dir",
 })
 SHOWN_DIFFERENCES = 6  # differing keys named in the message (the rest are counted)
 
@@ -47,7 +49,7 @@ class ModelCheck:
 def check_before_start(cfg: TrainConfig, *, dry_run: bool = False) -> ModelCheck:
     """Run every check of this module (envs only when ``dry_run``; a real run converts or downloads the model's
     weights here, as its start would); raises one ``ConfigError`` listing every problem."""
-    problems = run_dir_problems(cfg)
+    problems = run_dir_problems(cfg) + resume_problems(cfg)
     model, model_problems = _model_check(cfg, convert=not dry_run)
     problems += model_problems
     if dry_run:
@@ -64,18 +66,20 @@ def _model_check(cfg: TrainConfig, convert: bool) -> tuple[ModelCheck, list[str]
 
     m, problems = cfg.model, []
 
-    def load(key: str, value: str, weights: bool = False) -> tuple[Any, Any]:
+    def load(key: str, value: str, weights: bool = False, tokenizer: bool = True) -> tuple[Any, Any]:
         try:
-            return inspect_model(resolve_model_path(value, m.cache_dir) if weights else value, m.cache_dir)
+            folder = resolve_model_path(value, m.cache_dir) if weights else value
+            return inspect_model(folder, m.cache_dir, tokenizer=tokenizer)
         except Exception as exc:  # noqa: BLE001 - any loader failure becomes one line naming the key
             problems.append(f"{key}={value!r} cannot be loaded: {_reason(exc)}")
             return None, None
 
-    config, tokenizer = (None, None) if m.tiny else load("model.path", m.path, weights=convert)
-    if m.tokenizer_path or m.tiny:
+    own_tokenizer = not (m.tokenizer_path or m.tiny)  # else the tokenizer comes from model.tokenizer_path
+    config, tokenizer = (None, None) if m.tiny else load("model.path", m.path, convert, own_tokenizer)
+    if not own_tokenizer:
         tokenizer = load("model.tokenizer_path" if m.tokenizer_path else "model.path", m.tokenizer_path or m.path)[1]
     if cfg.critic.model_path:
-        load("critic.model_path", cfg.critic.model_path)
+        load("critic.model_path", cfg.critic.model_path, tokenizer=False)
     if problems:
         return ModelCheck("", ""), problems
     summary = (f"tiny random Llama (hidden {m.tiny_hidden_size}, {m.tiny_num_layers} layers, {m.tiny_num_heads} "
@@ -153,6 +157,17 @@ def run_dir_problems(cfg: TrainConfig) -> list[str]:
     more = f" and {len(diffs) - SHOWN_DIFFERENCES} more" if len(diffs) > SHOWN_DIFFERENCES else ""
     return [f"trainer.output_dir={cfg.trainer.output_dir} holds a run saved with another config ({shown}{more}); "
             "continue it anyway with trainer.resume=force, or choose a new trainer.output_dir"]
+
+
+def resume_problems(cfg: TrainConfig) -> list[str]:
+    """``trainer.resume`` as a checkpoint path must name a complete checkpoint folder."""
+    from ragen.utils.checkpoint import COMPLETE_MARKER, is_complete
+
+    resume = cfg.trainer.resume
+    if resume in ("auto", "force", "none", "") or is_complete(resume):
+        return []
+    return [f"trainer.resume={resume!r} is not a complete checkpoint folder (no {COMPLETE_MARKER} marker); pass a "
+            "global_step_<n> folder, auto (the latest in trainer.output_dir), force or none"]
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any],

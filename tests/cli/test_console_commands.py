@@ -173,6 +173,12 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
             "rank x 8 rank(s) -> 2 accumulation step(s); 40 optimizer steps in total") in out
     assert f"[ragen] output    {out_dir} (a new run)" in out
     assert not out_dir.exists() and not ray.is_initialized()
+    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.main import run
+
+    cfg = load_train_config("ppo_bandit", ["model=tiny", "trainer.dry_run=true", f"trainer.output_dir={out_dir}"])
+    assert run(cfg) == {}  # in-process runs honour the key too
+    assert "[ragen] dry run" in capsys.readouterr().out and not out_dir.exists() and not ray.is_initialized()
 
 
 def test_model_path_is_checked_before_anything_is_written(tmp_path, subprocess_env):
@@ -226,6 +232,8 @@ def test_output_folder_with_another_config_is_refused(tmp_path, subprocess_env, 
     assert status == 0 and "continues it from its latest checkpoint global_step_1" in out, err
     status, out, err = _cli("train", [*more, "actor.lr=1e-3", "trainer.resume=force"], capsys)
     assert status == 0 and "trainer.resume=force continues it from its latest checkpoint global_step_1" in out, err
+    status, _, err = _cli("train", [*more, f"trainer.resume={run_dir}/checkpoints/global_step_7"], capsys)
+    assert status == 2 and f"trainer.resume='{run_dir}/checkpoints/global_step_7' is not a complete checkpoint" in err
 
 
 def test_env_without_its_extra_names_the_extra(tmp_path, monkeypatch, capsys):
@@ -240,3 +248,35 @@ def test_env_without_its_extra_names_the_extra(tmp_path, monkeypatch, capsys):
     assert status == 2, err
     assert "env text_adventure" in err and "install extra text_adventure, pip install 'ragen[text_adventure]'" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_model_folder_without_tokenizer_files_needs_tokenizer_path(tmp_path, capsys, tokenizer_dir):
+    """A model folder holding only its config (no tokenizer files) fails the check naming model.path, and passes
+    with model.tokenizer_path (then only the config is read from model.path)."""
+    weights_only = tmp_path / "qwen"
+    weights_only.mkdir()
+    (weights_only / "config.json").write_bytes(
+        (model_folder(tmp_path / "models", "Qwen/Qwen2.5-0.5B-Instruct", tokenizer_dir) / "config.json").read_bytes())
+    args = ["--config-name", "ppo_bandit", f"model.path={weights_only}", f"trainer.output_dir={tmp_path / 'run'}",
+            "--check"]
+    status, _, err = _cli("train", args, capsys)
+    assert status == 2 and f"model.path='{weights_only}' cannot be loaded" in err, err
+    status, out, err = _cli("train", [*args, f"model.tokenizer_path={tokenizer_dir}"], capsys)
+    assert status == 0, err
+    assert "Qwen2ForCausalLM, 24 layers, hidden 896, 14 heads (2 key/value), vocab 151936, ~0.49B parameters" in out
+
+
+def test_config_differences_by_hand():
+    """Keys in both configs whose values differ, sorted; resume keys and keys only one side has are skipped;
+    env.config is compared whole (its keys are the env's, not the schema's)."""
+    from ragen.trainer.prestart import RESUME_KEYS, config_differences
+
+    old = {"actor": {"lr": 1e-5, "betas": [0.9, 0.999]}, "trainer": {"total_steps": 2, "use_ray": True},
+           "env": {"name": "frozen_lake", "config": {"size": 3}}, "gone": {"x": 1}}
+    new = {"actor": {"lr": 1e-3, "betas": [0.9, 0.99]}, "trainer": {"total_steps": 5, "use_ray": False},
+           "env": {"name": "frozen_lake", "config": {"size": 3, "p": 0.1}}, "added": {"y": 2}}
+    assert config_differences(old, new, RESUME_KEYS) == [
+        ("actor.betas", [0.9, 0.999], [0.9, 0.99]), ("actor.lr", 1e-5, 1e-3),
+        ("env.config", {"size": 3}, {"size": 3, "p": 0.1})]
+    assert [k for k, _, _ in config_differences(old, new)] == [
+        "actor.betas", "actor.lr", "env.config", "trainer.total_steps", "trainer.use_ray"]

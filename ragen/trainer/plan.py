@@ -31,8 +31,12 @@ def dry_run(cfg: TrainConfig, check: Callable[[TrainConfig], None] | None = None
 def plan_text(cfg: TrainConfig, model: ModelCheck) -> str:
     """The plan of a run of ``cfg`` whose model check found ``model`` (see the module docstring)."""
     lines = builders.startup_block(cfg, model.summary).splitlines()
-    if cfg.algorithm.name != "ppo":
-        lines = [archer_line(cfg) if line.startswith("[ragen] workers") else line for line in lines]
+    if cfg.algorithm.name != "ppo":  # the ArCHer family: its own workers and loop, no advantage estimator
+        tr = cfg.trainer
+        warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
+        own = {"[ragen] workers": archer_line(cfg),
+               "[ragen] estimator": f"[ragen] algorithm {cfg.algorithm.name}{warm}; {tr.total_steps} iterations"}
+        lines = [next((v for k, v in own.items() if line.startswith(k)), line) for line in lines]
     lines.insert(1, f"[ragen] tokenizer {model.tokenizer}")
     lines += [devices_line(cfg), ray_line(cfg), *batch_lines(cfg), agent_line(cfg), validation_line(cfg),
               output_line(cfg)]
@@ -71,12 +75,18 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
     ro, groups = cfg.rollout, env_mix.n_train_groups(cfg)
     episodes, kept = groups * ro.group_size, derived.train_batch_size(cfg)
     filtered = f", rollout filter keeps {derived.kept_groups(cfg)} groups = {kept} episodes" if kept != episodes else ""
-    if cfg.agent.layout == "turn":
-        rows = f"up to {kept * env_mix.max_turns(cfg)} rows (turn layout: one per turn)"
-    else:
-        rows = f"{kept} rows (trajectory layout: one per episode)"
+    turn = cfg.agent.layout == "turn"
+    max_rows = kept * env_mix.max_turns(cfg) if turn else kept
+    rows = f"up to {max_rows} rows (turn layout: one per turn)" if turn else f"{kept} rows (trajectory layout: one " \
+        "per episode)"
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]
-    if cfg.algorithm.name != "ppo":
+    if cfg.trainer.sft_warmup_steps:  # ragen.trainer.warm_start (both families): epochs passes per expert batch
+        sft, per_step = cfg.sft, math.ceil(max_rows / cfg.actor.mini_batch_size)
+        total = cfg.trainer.sft_warmup_steps * sft.epochs * per_step
+        out.append(f"[ragen] warm start {cfg.trainer.sft_warmup_steps} steps x {sft.epochs} epoch(s) x "
+                   f"{'up to ' if turn else ''}{per_step} mini-batch(es) of {cfg.actor.mini_batch_size} rows = "
+                   f"{total} optimizer steps; lr {sft.lr:g} ({sft.lr_schedule}), expert noise {sft.noise}")
+    if cfg.algorithm.name != "ppo" or cfg.trainer.total_steps == 0:
         return out
     trained = ["actor"] + (["critic"] if derived.critic_worker_needed(cfg) else [])
     for role in trained:

@@ -280,3 +280,13 @@ def test_config_differences_by_hand():
         ("env.config", {"size": 3}, {"size": 3, "p": 0.1})]
     assert [k for k, _, _ in config_differences(old, new)] == [
         "actor.betas", "actor.lr", "env.config", "trainer.total_steps", "trainer.use_ray"]
+
+
+def test_sft_check_counts_the_warm_start(tmp_path, capsys):
+    """``ragen sft --check`` on ppo_multi_turn: 16 groups x 1 = 16 expert episodes per step, 16 rows / mini-batch
+    8 = 2 mini-batches, x sft.epochs 3 x 2 steps = 12 optimizer steps, and no RL steps."""
+    status, out, err = _cli("sft", ["--config-name", "ppo_multi_turn", "model=tiny",
+                                    f"trainer.output_dir={tmp_path / 'run'}", "--check"], capsys)
+    assert status == 0, err
+    assert "[ragen] warm start 2 steps x 3 epoch(s) x 2 mini-batch(es) of 8 rows = 12 optimizer steps" in out
+    assert "[ragen] actor " not in out and "; 0 steps" in out

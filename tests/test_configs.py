@@ -83,7 +83,7 @@ def test_base_yaml_defaults_equal_schema_defaults():
 def test_overrides_reach_the_frozen_config():
     cfg = to_train_config(compose("ppo_bandit", ["trainer.total_steps=3", "actor.lr=2e-5", "model=tiny"]))
     assert cfg.trainer.total_steps == 3 and cfg.actor.lr == 2e-5 and cfg.model.tiny
-    assert cfg.algorithm.skip_env_tokens is False and cfg.env.name == "bandit"
+    assert cfg.critic.share_backbone is True and cfg.env.name == "bandit"
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.trainer.total_steps = 5  # type: ignore[misc]
 

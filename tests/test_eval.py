@@ -324,6 +324,38 @@ def test_openai_models_over_a_fake_transport(monkeypatch, tmp_path, capsys, defa
     assert "+1.000" in capsys.readouterr().out
 
 
+def test_run_folder_plays_with_the_config_it_was_trained_with(tiny_folder, tmp_path, capsys):
+    """A run trained on FrozenLake 3x3 with 3 turns and the forced answer prefix is evaluated with those settings
+    (its config.json), not base.yaml's; overrides apply on top, --config-name composes instead, --env swaps the env."""
+    import dataclasses
+    import shutil
+
+    from ragen.trainer.compose import load_train_config
+
+    run = tmp_path / "run"
+    trained = load_train_config("ppo_multi_turn", ["model=tiny", "agent.max_new_tokens=12"])
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(dataclasses.asdict(trained)))
+    write_checkpoint(run / "checkpoints", 2, lambda tmp: shutil.copytree(tiny_folder, tmp / "actor"))
+    fast = ["trainer.num_threads=1", "rollout.dtype=float32", "--no-progress"]
+    out = tmp_path / "saved.json"
+    assert main([str(run), "--n", "2", "--json", str(out), "agent.max_new_tokens=8", *fast]) == 0
+    report = json.loads(out.read_text())
+    env = report["envs"]["frozen_lake"]["env"]
+    assert (env["max_turn"], env["config"]["size"]) == (3, 3)
+    assert (env["agent"]["think"], env["agent"]["response_prefix"], env["agent"]["max_new_tokens"]) == (
+        False, "<answer>", 8)
+    assert report["config_name"] == f"run config {run / 'config.json'}"
+    out2 = tmp_path / "composed.json"
+    assert main([str(run), "--config-name", "base", "--n", "2", "--json", str(out2), "model=tiny", *FAST]) == 0
+    assert list(json.loads(out2.read_text())["envs"]) == ["bandit"]  # told otherwise: base.yaml's env
+    out3 = tmp_path / "swapped.json"
+    assert main([str(run), "--env", "bandit", "--n", "2", "--json", str(out3), *fast]) == 0
+    bandit = json.loads(out3.read_text())["envs"]["bandit"]["env"]
+    assert bandit["max_turn"] == 1 and bandit["agent"]["response_prefix"] == "<answer>"  # the run's agent settings
+    capsys.readouterr()
+
+
 def test_library_warnings_stay_off_the_console(tiny_folder, tmp_path, subprocess_env):
     """``python -m ragen.eval`` prints its table, not the libraries' deprecation warnings (torch's FutureWarning
     and transformers' ``past_key_values`` notice on every generate) or transformers' weight-loading bar; with

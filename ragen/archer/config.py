@@ -20,7 +20,6 @@ from typing import Any
 
 ALGORITHMS = ("archer", "chai", "filtered_bc")
 BC_LOSS_AGGS = ("token-mean", "utterance-sum")
-GRAD_ACCUMS = ("mean", "sum_of_means")
 
 
 def uses_critic(name: str) -> bool:
@@ -55,10 +54,10 @@ class ArcherSection:
     utterances: the reference code's ``plain_bc_loss``). Actor option, off by default: ``ppo_clip`` (ratio clipping
     epsilon, null = plain REINFORCE as in the paper).
 
-    Gradient scale: ``grad_accum=mean`` steps on the mean loss of a mini-batch; ``sum_of_means`` is the reference
-    code's accumulation, which sums the mean losses of ``accum_micro_batches`` equal micro-batches (its
-    grad_accum_steps) before one clipped step, i.e. ``accum_micro_batches`` times the mean-loss gradient; the
-    grad-norm clip then acts on that larger gradient (:attr:`loss_scale`). ``critic_micro_batch_size``: the critic
+    Gradient scale: ``summed_micro_batches=null`` steps on the mean loss of a mini-batch; N is the reference code's
+    accumulation, which sums the mean losses of N equal micro-batches (its grad_accum_steps) before one clipped step,
+    i.e. N times the mean-loss gradient; the grad-norm clip then acts on that larger gradient (:attr:`loss_scale`).
+    ``critic_micro_batch_size``: the critic
     accumulates each rank's share of a mini-batch over micro-batches of this many turns (null: one pass); the
     gradient equals the one-pass gradient, only the memory peak changes.
     ``offline_dialogues``: a JSON file of recorded dialogues in the reference code's format (Twenty Questions /
@@ -77,16 +76,15 @@ class ArcherSection:
     filter_quantile: float = 0.9
     ppo_clip: float | None = None
     bc_loss_agg: str = "token-mean"
-    grad_accum: str = "mean"
-    accum_micro_batches: int = 1
+    summed_micro_batches: int | None = None
     critic_micro_batch_size: int | None = None
     offline_dialogues: str | None = None
 
     @property
     def loss_scale(self) -> float:
-        """Factor on the mean loss of every critic / actor / BC mini-batch: ``accum_micro_batches`` under
-        ``grad_accum=sum_of_means`` (a sum of that many equal micro-batch means), 1 under ``mean``."""
-        return float(self.accum_micro_batches) if self.grad_accum == "sum_of_means" else 1.0
+        """Factor on the mean loss of every critic / actor / BC mini-batch: ``summed_micro_batches`` (a sum of that
+        many equal micro-batch means), 1 when null (the mean)."""
+        return float(self.summed_micro_batches or 1)
 
     def __post_init__(self) -> None:
         checks = [
@@ -103,14 +101,11 @@ class ArcherSection:
              f"archer.ppo_clip={self.ppo_clip} must be > 0 (e.g. 0.2) or null (plain REINFORCE)"),
             (self.bc_loss_agg in BC_LOSS_AGGS,
              f"archer.bc_loss_agg={self.bc_loss_agg!r} must be one of {', '.join(BC_LOSS_AGGS)}"),
-            (self.grad_accum in GRAD_ACCUMS,
-             f"archer.grad_accum={self.grad_accum!r} must be one of {', '.join(GRAD_ACCUMS)}"),
-            (self.accum_micro_batches >= 1, f"archer.accum_micro_batches={self.accum_micro_batches} must be >= 1"),
-            (self.grad_accum == "sum_of_means" or self.accum_micro_batches == 1,
-             f"archer.accum_micro_batches={self.accum_micro_batches} has no effect with archer.grad_accum=mean; "
-             "set it to 1, or archer.grad_accum=sum_of_means (the reference's sum of micro-batch means)"),
-            (self.batch_size % max(self.accum_micro_batches, 1) == 0,
-             f"archer.accum_micro_batches={self.accum_micro_batches} must divide archer.batch_size="
+            (self.summed_micro_batches is None or self.summed_micro_batches >= 2,
+             f"archer.summed_micro_batches={self.summed_micro_batches} must be >= 2 (the reference: 32) or null (the "
+             "mean loss; one micro-batch's mean is the mean)"),
+            (self.batch_size % max(self.summed_micro_batches or 1, 1) == 0,
+             f"archer.summed_micro_batches={self.summed_micro_batches} must divide archer.batch_size="
              f"{self.batch_size} (the reference sums the means of equal micro-batches)"),
             (self.critic_micro_batch_size is None or self.critic_micro_batch_size >= 1,
              f"archer.critic_micro_batch_size={self.critic_micro_batch_size} must be >= 1 or null (one pass)"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragen.archer.config import ALGORITHMS, critic_problems, uses_critic
+from ragen.archer.config import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.archer.dialogues import dialogue_problems
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import world_size
@@ -23,6 +23,13 @@ def check_archer(cfg: TrainConfig) -> list[str]:
     if not uses_critic(name) and a.critic_micro_batch_size is not None:
         out.append(f"archer.critic_micro_batch_size={a.critic_micro_batch_size} has no effect: {name} trains no "
                    "critic; set it to null")
+    defaults = ArcherSection()
+    if name != "chai" and a.chai_candidates != defaults.chai_candidates:
+        out.append(f"archer.chai_candidates={a.chai_candidates} has no effect: only online CHAI samples candidates "
+                   f"(algorithm.name={name}); remove the override")
+    if name != "filtered_bc" and a.filter_quantile != defaults.filter_quantile:
+        out.append(f"archer.filter_quantile={a.filter_quantile} has no effect: only online filtered BC filters "
+                   f"trajectories (algorithm.name={name}); remove the override")
     if name != "filtered_bc" and a.bc_loss_agg != "token-mean":
         out.append(f"archer.bc_loss_agg={a.bc_loss_agg!r} is online filtered BC's loss and has no effect with "
                    f"algorithm.name={name}; leave it at token-mean")

@@ -120,7 +120,7 @@ class ArcherTrainer:
         if resumed is not None:
             self.load_checkpoint(resumed)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if resumed is None else self.step)
-        self.tracker = builders.tracker(cfg, self.run_dir)
+        self.tracker = builders.tracker(cfg, self.run_dir, resumed=resumed is not None)
 
     def shutdown(self) -> None:
         for group in self.workers.values():

@@ -3,7 +3,7 @@ online filtered BC's behaviour-cloning update.
 
 Everything else (FSDP2 sharding, log-probs, weights, checkpoints) is the PPO policy worker's; only the losses differ
 (``ragen.algorithms.archer``). Both updates take ``loss_scale`` (``ArcherSection.loss_scale``): a factor on each
-mini-batch's loss before backward, so ``archer.grad_accum=sum_of_means`` reproduces the reference code's sum of
+mini-batch's loss before backward, so ``archer.summed_micro_batches=N`` reproduces the reference code's sum of N
 micro-batch means ahead of the grad-norm clip; the reported losses are unscaled.
 """
 

@@ -49,6 +49,7 @@ from ragen.env.oracle import (
     ScriptedOracle,
     Secret,
     censor,
+    check_llm_only_keys,
     fold,
     llm_oracle_for_model,
     words,
@@ -425,6 +426,8 @@ class GuessMyCityEnv:
         if not self.cities:
             raise ValueError(f"min_population={min_population} leaves no candidate city; lower it")
         self.gazetteer = Gazetteer(load_cities())
+        check_llm_only_keys(type(self), oracle, {"oracle_model": oracle_model,
+                                                 "oracle_max_new_tokens": oracle_max_new_tokens})
         self.oracle = build_oracle(oracle, load_cities(), oracle_model, oracle_max_new_tokens)
         self.max_turns = max_turns
         self.min_population = min_population

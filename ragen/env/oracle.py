@@ -22,6 +22,7 @@ secret and asks the question that best splits the candidates still consistent wi
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -218,6 +219,19 @@ def llm_oracle_for_model(
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"oracle_model must be a model alias, folder or hub id, got {model!r}")
     return LazyLLMOracle(model, prompt, postprocess, max_new_tokens)
+
+
+def check_llm_only_keys(env_cls: type, kind: str, given: dict[str, Any]) -> None:
+    """Raise ValueError when a key only the llm oracle reads (``oracle_model``, ``oracle_max_new_tokens``) differs
+    from its default in ``env_cls``'s constructor under another oracle (``kind``): the value would change nothing, so
+    the config is refused (config validation builds each env once and reports this before any worker starts)."""
+    if kind == "llm":
+        return
+    params = inspect.signature(env_cls).parameters
+    set_keys = [f"{k}={v!r}" for k, v in given.items() if v != params[k].default]
+    if set_keys:
+        raise ValueError(f"{', '.join(set_keys)} has no effect with oracle={kind!r}: only oracle='llm' reads it; "
+                         "remove it or set oracle=llm")
 
 
 # ---------------------------------------------------------------------------------------------- expert

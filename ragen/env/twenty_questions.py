@@ -50,6 +50,7 @@ from ragen.env.oracle import (
     QuestionPlanner,
     ScriptedOracle,
     Secret,
+    check_llm_only_keys,
     llm_oracle_for_model,
     normalize_yes_no,
     words,
@@ -337,6 +338,8 @@ class TwentyQuestionsEnv:
         self.objects_path = str(resolve_objects_path(objects_path))
         self.objects = load_objects(self.objects_path)
         self.index = NameIndex(self.objects)
+        check_llm_only_keys(type(self), oracle, {"oracle_model": oracle_model,
+                                                 "oracle_max_new_tokens": oracle_max_new_tokens})
         self.oracle = build_oracle(oracle, self.objects, oracle_model, oracle_max_new_tokens)
         self.max_turns = max_turns
         self.instructions = INSTRUCTIONS.format(max_turns=max_turns)

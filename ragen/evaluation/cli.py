@@ -13,7 +13,7 @@ from typing import Any
 
 from ragen.evaluation.models import ModelArgError, ModelSpec, resolve_model_args
 from ragen.evaluation.report import build_report, env_report, format_table, write_json
-from ragen.evaluation.runner import build_model, describe_env, env_config, evaluate_env, release_memory
+from ragen.evaluation.runner import build_model, describe_env, env_config, evaluate_env, release_memory, saved_config
 from ragen.trainer.config import ConfigError, TrainConfig
 
 EXAMPLES = """examples:
@@ -24,8 +24,11 @@ EXAMPLES = """examples:
   python -m ragen.eval openai:my-model --base-url http://localhost:8000/v1 --env sokoban \\
       model.tokenizer_path=/models/my-model
 
-Arguments with '=' are Hydra overrides of the composed config (--config-name, default base); the others are the
-one or two models. Episode i of every env is played on seed rollout.val_seed + i by every model."""
+A run folder (or a checkpoint of a run) is played with the settings it was trained with (its config.json: env,
+agent, rollout), unless --config-name is given; --env NAME then swaps in that env's own config. Arguments with '='
+are overrides of that config (Hydra overrides of the composed config with --config-name, default base, when no
+model comes from a run); the others are the one or two models. Episode i of every env is played on seed
+rollout.val_seed + i by every model."""
 
 
 def parse_args(argv: list[str] | None = None, prog: str = "python -m ragen.eval") -> argparse.Namespace:
@@ -43,7 +46,9 @@ def parse_args(argv: list[str] | None = None, prog: str = "python -m ragen.eval"
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
     p.add_argument("--batch-size", type=int, default=32, help="episodes per proxy call (default 32)")
     p.add_argument("--json", dest="json_path", metavar="PATH", help="also write every number to this JSON file")
-    p.add_argument("--config-name", default="base", help="config under config/ to compose (default base)")
+    p.add_argument("--config-name", default=None,
+                   help="config under config/ to compose (default: the run's saved config.json when a model is a "
+                        "run or checkpoint folder, else base)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint of openai:<model> arguments")
     p.add_argument("--api-key-env", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY, optional)")
@@ -82,14 +87,32 @@ def prepare(args: argparse.Namespace) -> tuple[list[ModelSpec], dict[str, TrainC
     clash = [o for o in overrides if o.lstrip("+").startswith("env=")]
     if clash and args.envs:
         raise ConfigError([f"override {clash[0]} conflicts with --env; select envs with --env NAME only"])
+    cache = next((o.split("=", 1)[1] for o in overrides if o.startswith("model.cache_dir=")), None)
+    specs = resolve_model_args(models, base_url=args.base_url, api_key_env=args.api_key_env, cache_dir=cache)
+    saved = run_config(specs) if args.config_name is None else None
+    args.config_name = args.config_name or ("base" if saved is None else f"run config {saved}")
     configs: dict[str, TrainConfig] = {}
     for env in dict.fromkeys(args.envs or [None]):  # unique, in order; None = the config's env
-        cfg = env_config(args.config_name, overrides, env)
+        cfg = env_config(args.config_name, overrides, env) if saved is None else saved_config(saved, overrides, env)
         configs[cfg.env.name] = cfg
-    first = next(iter(configs.values()))
-    specs = resolve_model_args(models, base_url=args.base_url, api_key_env=args.api_key_env,
-                               cache_dir=first.model.cache_dir)
     return specs, configs, overrides
+
+
+def run_config(specs: list[ModelSpec]) -> str | None:
+    """The saved ``config.json`` of the run(s) the models come from (None: no model comes from a run). Two runs
+    trained with other env, agent or rollout settings cannot share one evaluation: a ``ConfigError`` names the
+    differing keys and the fix (``--config-name``)."""
+    import json
+
+    paths = list(dict.fromkeys(s.run_config for s in specs if s.run_config))
+    if len(paths) > 1:
+        a, b = (json.loads(open(p).read()) for p in paths)
+        diff = [f"{sec}.{k}" for sec in ("env", "agent", "rollout") for k in sorted(set(a[sec]) | set(b[sec]))
+                if a[sec].get(k) != b[sec].get(k)]
+        if diff:
+            raise ConfigError([f"the two runs were trained with other settings ({', '.join(diff[:8])}): pass "
+                               "--config-name NAME (and overrides) to evaluate both with one config"])
+    return paths[0] if paths else None
 
 
 def run(args: argparse.Namespace, specs: list[ModelSpec], configs: dict[str, TrainConfig],

@@ -51,8 +51,9 @@ class ModelSpec:
     ``label``: the argument as given (the model's name in tables and JSON). ``kind``: ``local`` (``path`` is a
     folder the ``hf`` / ``vllm`` engine loads) or ``openai`` (``path`` is the served model name). ``source``:
     which accepted form matched. ``checkpoint`` / ``step``: the checkpoint folder used and its training step
-    (run and checkpoint folders). ``base_url`` / ``api_key_env``: the endpoint and the name (never the value)
-    of the variable holding its key (openai).
+    (run and checkpoint folders). ``run_config``: the ``config.json`` of the run the checkpoint belongs to, when
+    it has one (the env, agent and rollout settings it was trained with). ``base_url`` / ``api_key_env``: the
+    endpoint and the name (never the value) of the variable holding its key (openai).
     """
 
     label: str
@@ -61,6 +62,7 @@ class ModelSpec:
     source: str
     checkpoint: str | None = None
     step: int | None = None
+    run_config: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
 
@@ -167,7 +169,10 @@ def _checkpoint_spec(arg: str, ckpt: Path, source: str) -> ModelSpec:
         raise ModelArgError(f"checkpoint folder {str(ckpt)!r} (from {arg!r}) has no actor/ model folder "
                             "(actor/config.json); was it written by ragen.train?")
     _require_tokenizer(arg, actor)
-    return ModelSpec(arg, "local", str(actor), source, checkpoint=str(ckpt), step=checkpoint_step(ckpt))
+    run_config = ckpt.parent.parent / "config.json"  # <run>/checkpoints/global_step_N
+    saved = run_config.is_file() and not _is_model_folder(run_config.parent)
+    return ModelSpec(arg, "local", str(actor), source, checkpoint=str(ckpt), step=checkpoint_step(ckpt),
+                     run_config=str(run_config) if saved else None)
 
 
 def _is_model_folder(path: Path) -> bool:

@@ -9,9 +9,11 @@ Episodes are played ``batch_size`` at a time: one proxy call runs a batch turn b
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
@@ -81,6 +83,33 @@ def env_config(config_name: str, overrides: list[str], env: str | None) -> Train
         cfg.agent_config()
     except (TypeError, ValueError) as exc:
         problems.append(f"agent: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def saved_config(path: str, overrides: list[str], env: str | None) -> TrainConfig:
+    """The config a run was trained with (its ``config.json``), with ``env=<env>`` (that env's own config file,
+    None: the run's env) and ``key=value`` overrides on top; raises ``ConfigError`` naming the problem."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ragen.trainer.config import build_config
+    from ragen.trainer.validate import check_env
+
+    raw = json.loads(Path(path).read_text())
+    if env is not None:
+        raw["env"] = dataclasses.asdict(env_config("base", [], env).env)
+    odd = [o for o in overrides if o.startswith(("+", "~"))]
+    if odd:
+        raise ConfigError([f"override {odd[0]!r}: with a run's saved config ({path}) only key=value overrides apply; "
+                           "pass --config-name NAME to compose a config instead"])
+    try:
+        merged = OmegaConf.merge(OmegaConf.create(raw), OmegaConf.from_dotlist(list(overrides)))
+    except OmegaConfBaseException as exc:
+        raise ConfigError([f"cannot apply {list(overrides)} to {path}: {' '.join(str(exc).split())}"]) from None
+    cfg = build_config(OmegaConf.to_container(merged, resolve=True))
+    problems = check_env(cfg)
     if problems:
         raise ConfigError(problems)
     return cfg

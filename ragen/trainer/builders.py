@@ -45,13 +45,15 @@ def prepare_run(cfg: TrainConfig, run_dir: Path) -> None:
         torch.use_deterministic_algorithms(True, warn_only=True)
 
 
-def tracker(cfg: TrainConfig, run_dir: Path) -> Any:
-    """The run's metric loggers (``trainer.loggers``); the config they record is redacted."""
+def tracker(cfg: TrainConfig, run_dir: Path, resumed: bool = False) -> Any:
+    """The run's metric loggers (``trainer.loggers``); the config they record is redacted. ``resumed``: the run
+    continues from a checkpoint, so wandb continues the run folder's wandb run."""
     from ragen.utils.redaction import redact, redact_text
     from ragen.utils.tracking import Tracker
 
     return Tracker(cfg.trainer.loggers, run_dir, project=cfg.trainer.project_name,
-                   experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()), append=True)
+                   experiment=redact_text(cfg.trainer.experiment_name), config=redact(cfg.to_dict()), append=True,
+                   resume=resumed)
 
 
 def prepare_model(cfg: TrainConfig) -> tuple[str, Any]:

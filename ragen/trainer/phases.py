@@ -9,13 +9,19 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.algorithms.losses import kl_penalties
+from ragen.trainer import turn_layout
 from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
+
+if TYPE_CHECKING:
+    from ragen.trainer.config import AlgorithmSection
 
 
 def trajectory_rewards(batch: RolloutBatch) -> torch.Tensor:
@@ -137,6 +143,32 @@ def advantages(
     Returns (advantages, returns), (B, T), 0 off the response.
     """
     return compute_advantage(estimator, advantage_inputs(batch, values, bootstrap_values, token_penalties), **scalars)
+
+
+def step_credit(
+    alg: AlgorithmSection, layout: str, batch: RolloutBatch, values: torch.Tensor | None,
+    bootstrap_values: torch.Tensor | None, old_log_probs: torch.Tensor, ref_log_probs: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    """The PPO step's credit: (advantages, returns, KL metrics) of ``batch`` under the ``algorithm`` section.
+
+    The reward shaping of the section, then its estimator: with ``alg.kl_in_reward`` the per-token penalties
+    ``-kl_coef * KL_kind(pi_old || pi_ref)`` (``kl_penalties``); with ``alg.use_step_reward=false`` the turns'
+    step rewards taken out of the token rewards (:func:`without_step_rewards`); then ``compute_advantage`` with
+    ``alg.advantage_kwargs()`` on the trajectory rows (:func:`advantages`) or, ``layout="turn"``, on each episode's
+    turn rows (``turn_layout.turn_layout_advantages``).
+    values / old_log_probs / ref_log_probs: (B, T) over ``batch``'s rows (ref only read with ``kl_in_reward``);
+    bootstrap_values: (B,) (see :func:`advantage_inputs`). Returns (B, T) tensors, 0 off the response.
+    """
+    penalties, metrics = None, {}
+    if alg.kl_in_reward:
+        if ref_log_probs is None:
+            raise ValueError("algorithm.kl_in_reward needs the reference policy's log-probs")
+        penalties, metrics = kl_penalties(old_log_probs, ref_log_probs, batch.response_mask, coef=alg.kl_coef,
+                                          kind=alg.kl_kind)
+    estimate = turn_layout.turn_layout_advantages if layout == "turn" else advantages
+    scored = batch if alg.use_step_reward else without_step_rewards(batch)
+    adv, ret = estimate(alg.estimator, scored, values, bootstrap_values, penalties, **alg.advantage_kwargs())
+    return adv, ret, metrics
 
 
 def masked_stats(prefix: str, x: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from ragen.algorithms.losses import kl_penalties
 from ragen.report import Credit, build_report, pending_steps
 from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
@@ -91,7 +90,7 @@ class PPOTrainer:
         if self.resumed_from is not None:
             self.load_checkpoint(self.resumed_from, with_workers=with_workers)
         self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
-        self.tracker = builders.tracker(cfg, self.run_dir)
+        self.tracker = builders.tracker(cfg, self.run_dir, resumed=self.resumed_from is not None)
 
     def shutdown(self) -> None:
         for group in self.workers.values():
@@ -199,16 +198,11 @@ class PPOTrainer:
             with self._timed("bootstrap_values", t):
                 boot = bootstrap_values(value_group, batch, self.proxy.pad_id, self._row_multiple())
         with self._timed("advantages", t):
-            penalties = None
-            if cfg.algorithm.kl_in_reward:
-                penalties, kl_metrics = kl_penalties(old_lp[:n_real], ref_lp[:n_real], batch.response_mask,
-                                                     coef=cfg.algorithm.kl_coef, kind=cfg.algorithm.kl_kind)
-                metrics.update(kl_metrics)
-            estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
             real_values = None if values is None else values[:n_real]
-            scored = batch if cfg.algorithm.use_step_reward else phases.without_step_rewards(batch)
-            adv, ret = estimate(cfg.algorithm.estimator, scored, real_values, boot, penalties,
-                                **cfg.algorithm.advantage_kwargs())
+            adv, ret, kl_metrics = phases.step_credit(
+                cfg.algorithm, cfg.agent.layout, batch, real_values, boot, old_lp[:n_real],
+                None if ref_lp is None else ref_lp[:n_real])
+            metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
             with self._timed("report_samples", t):
                 report_phase.save_train_samples(self, batch, Credit(adv, ret, real_values, old_lp[:n_real]),

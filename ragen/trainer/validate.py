@@ -21,6 +21,7 @@ from ragen.trainer.derived import (
     uses_kl,
     world_size,
 )
+from ragen.trainer.inert import check_inert
 from ragen.utils.hardware import ENGINE_DTYPES
 from ragen.workers.config import VALUE_GRADS
 
@@ -55,11 +56,25 @@ def check_env(cfg: TrainConfig) -> list[str]:
     bad = sorted(set(env.config) - set(valid))
     if bad:
         out.append(f"env.config has unknown key(s) {bad} for env {env.name!r}; valid keys: {', '.join(valid)}")
+    else:
+        out += _env_refuses(env.name, dict(env.config))
     if env.max_turn < 1:
         out.append(f"env.max_turn={env.max_turn} must be >= 1 (turns per episode); e.g. env.max_turn=1")
     if env.max_actions_per_turn < 1:
         out.append(f"env.max_actions_per_turn={env.max_actions_per_turn} must be >= 1")
     return out
+
+
+def _env_refuses(name: str, config: dict) -> list[str]:
+    """The env's own checks of its config (values, data files, optional packages, keys that do nothing with the
+    other settings): build it once, as every env slot will be, and report what its constructor raises."""
+    import ragen.env
+
+    try:
+        ragen.env.make(name, **config)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
+        return [f"env.config of env {name!r} is refused by the env: {type(exc).__name__}: {exc}"]
+    return []
 
 
 def _check_step_split(cfg: TrainConfig) -> list[str]:
@@ -338,7 +353,7 @@ def validate(cfg: TrainConfig) -> None:
         envs = per_env_configs(cfg)
     except ConfigError as exc:  # a rollout.train_envs / val_envs entry that names no env config
         raise ConfigError(exc.problems + check_trainer(cfg)) from None
-    problems = check_algorithm(cfg) + check_trainer(cfg)
+    problems = check_algorithm(cfg) + check_trainer(cfg) + check_inert(cfg)
     for sub in envs:  # each env of the run with its own turn limits, prompts and expert
         problems += check_env(sub) + check_credit(sub) + check_agent(sub) + check_warm_start(sub)
     problems = list(dict.fromkeys(problems))

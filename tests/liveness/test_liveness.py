@@ -1,0 +1,98 @@
+"""No silent no-ops: every config key changes a named quantity, is rejected by validation, or is a speed / memory
+knob that leaves every number identical; the rest are allow-listed with a reason (``liveness_table.py``).
+
+* ``test_every_key_has_a_row``: the schema's keys (``SECTIONS``, ``rollout.vllm``) and every env's constructor
+  keywords each have exactly one row; a new key without one fails here.
+* ``test_reference_is_current``: ``docs/config_reference.md`` is what ``scripts/config_reference.py`` renders.
+* ``test_case``: one case of one row (``liveness_runner.check``); the cases whose quantity needs the real trainers
+  (``ppo_step``, ``warm``, ``archer_step``) are ``test_slow_case``, marked slow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import liveness_runner as R
+import pytest
+from liveness_table import TABLE
+
+import ragen.env
+from ragen.trainer.config import SECTIONS, VLLMSection
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE_FILE = "tests/liveness/liveness_table.py"
+
+
+def schema_keys() -> list[str]:
+    """Every key of the trainer config: ``<section>.<field>`` and ``rollout.vllm.<field>``."""
+    keys = []
+    for name, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            if name == "rollout" and f.name == "vllm":
+                keys += [f"rollout.vllm.{v.name}" for v in dataclasses.fields(VLLMSection)]
+            else:
+                keys.append(f"{name}.{f.name}")
+    return keys
+
+
+def env_keys() -> list[str]:
+    """``<env>:env.config.<keyword>`` for every constructor keyword of the shipped envs (``config/env/<name>.yaml``;
+    envs that tests register are not part of the config)."""
+    names = sorted(p.stem for p in (ROOT / "config" / "env").glob("*.yaml"))
+    return [f"{name}:env.config.{key}" for name in names for key in ragen.env.config_keys(name)]
+
+
+def test_every_key_has_a_row():
+    ids = TABLE.by_id()
+    missing = [k for k in schema_keys() + env_keys() if k not in ids]
+    assert not missing, "\n".join(f"add a row for {k} in {TABLE_FILE}" for k in missing)
+    stale = sorted(set(ids) - set(schema_keys()) - set(env_keys()))
+    assert not stale, f"rows for keys that do not exist (remove them from {TABLE_FILE}): {stale}"
+    for row in TABLE.rows:
+        assert bool(row.allow) != bool(row.cases), f"{row.id}: a row has either cases or an allow reason"
+
+
+def test_reference_is_current():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import config_reference
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    committed = (ROOT / "docs" / "config_reference.md").read_text() if (ROOT / "docs" / "config_reference.md"
+                                                                         ).is_file() else ""
+    assert config_reference.render() == committed, "docs/config_reference.md is stale: run " \
+                                                    "`python scripts/config_reference.py`"
+
+
+def _params(slow: bool) -> list:
+    out = []
+    for row in TABLE.rows:
+        for i, case in enumerate(row.cases):
+            if bool(case.quantity and case.quantity.slow) != slow:
+                continue
+            marks = [pytest.mark.xfail(strict=True, reason=case.xfail)] if case.xfail else []
+            ctx = ",".join(c for c in case.context if not c.startswith(("algorithm=", "env="))) or "-"
+            head = [c.split("=")[1] for c in case.context if c.startswith(("algorithm=", "env="))]
+            out.append(pytest.param(row, case, marks=marks,
+                                    id=f"{row.id}={case.value!r}|{'/'.join(head) or 'base'}|{ctx}|{i}"))
+    return out
+
+
+def _run(row, case) -> None:
+    reason = case.skip() if case.skip else None
+    if reason:
+        pytest.skip(reason)
+    R.check(row, case)
+
+
+@pytest.mark.parametrize(("row", "case"), _params(slow=False))
+def test_case(row, case):
+    _run(row, case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("row", "case"), _params(slow=True))
+def test_slow_case(row, case):
+    _run(row, case)

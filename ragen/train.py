@@ -1,26 +1,16 @@
-"""Hydra entry point: ``python -m ragen.train [--config-name NAME] [key=value ...]``.
+"""``python -m ragen.train [--config-name NAME] [--check] [key=value ...]`` = ``ragen train`` (``ragen.cli.train``).
 
-Configs live in the repository's ``config/`` folder (or ``$RAGEN_CONFIG_DIR``); ``--cfg job`` prints the
-composed config without running. A config error exits with status 2 and one line per problem. Plugins (the
-``ragen.envs`` / ``ragen.estimators`` entry points and the modules of ``imports=[...]``) are imported before Hydra
-composes (``ragen.plugins``).
+Configs come from ``ragen.trainer.compose.config_dir()`` (``$RAGEN_CONFIG_DIR``, the checkout's ``config/`` or the
+installed copy); ``--help`` lists them, ``--check`` prints the plan without starting anything, ``--cfg job`` prints
+the composed config (``--resolve`` resolves its interpolations). A config error exits with status 2 and one line
+per problem.
 """
 
 from __future__ import annotations
 
-import hydra
+from ragen.cli.train import main
 
-from ragen.trainer.compose import config_dir, prepare_cli
-
-
-@hydra.main(config_path=str(config_dir()), config_name="base", version_base="1.3")
-def main(cfg) -> None:
-    from ragen.trainer.main import cli_main
-    from ragen.trainer.validate import validate
-
-    cli_main(cfg, validate)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
-    prepare_cli("base")  # plugins (entry points, imports) before Hydra composes
-    main()
+    raise SystemExit(main(prog="python -m ragen.train"))

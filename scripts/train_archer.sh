@@ -8,7 +8,7 @@
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions
 #   bash scripts/train_archer.sh --config-name filtered_bc_twenty_questions trainer.total_steps=3
 #   bash scripts/train_archer.sh algorithm.name=chai model=tiny critic.encoder=tiny
-#   bash scripts/train_archer.sh trainer=gpu model.path=<policy folder, e.g. an SFT run>
+#   bash scripts/train_archer.sh trainer=gpu model.path=<policy-dir>    # e.g. an SFT run's checkpoint actor folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh

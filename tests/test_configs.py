@@ -134,3 +134,23 @@ def test_nested_sections_are_built_and_type_checked_by_key():
     assert cfg.rollout.vllm.max_num_seqs == 8 and cfg.rollout.vllm.placement == "colocated"
     with pytest.raises(ConfigError, match=r"rollout\.vllm\.max_num_seqs='abc' has the wrong type: expected int"):
         to_train_config(compose("ppo_bandit", ["rollout.vllm.max_num_seqs=abc"]))
+
+
+def test_config_dir_prefers_the_variable_then_the_checkout_then_the_installed_copy(tmp_path, monkeypatch):
+    """``$RAGEN_CONFIG_DIR``, else the checkout's config/ (next to the ragen package), else the copy a wheel
+    installs as the package ``ragen_config``: an installed ragen finds its configs outside any checkout."""
+    from ragen.trainer import compose as C
+
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "base.yaml").write_text("")
+    monkeypatch.setenv("RAGEN_CONFIG_DIR", str(own))
+    assert C.config_dir() == own.resolve()
+    monkeypatch.delenv("RAGEN_CONFIG_DIR")
+    assert C.config_dir() == Path(C.__file__).resolve().parents[2] / "config" == CONFIG
+    installed = tmp_path / "site" / "ragen_config"
+    installed.mkdir(parents=True)
+    (installed / "base.yaml").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(C, "__file__", str(tmp_path / "site" / "ragen" / "trainer" / "compose.py"))  # no checkout
+    assert C.config_dir() == installed

@@ -354,3 +354,21 @@ def test_run_folder_plays_with_the_config_it_was_trained_with(tiny_folder, tmp_p
     bandit = json.loads(out3.read_text())["envs"]["bandit"]["env"]
     assert bandit["max_turn"] == 1 and bandit["agent"]["response_prefix"] == "<answer>"  # the run's agent settings
     capsys.readouterr()
+
+
+def test_library_warnings_stay_off_the_console(tiny_folder, tmp_path, subprocess_env):
+    """``python -m ragen.eval`` prints its table, not the libraries' deprecation warnings (torch's FutureWarning
+    and transformers' ``past_key_values`` notice on every generate) or transformers' weight-loading bar; with
+    ``--json`` they are kept in the log next to it (``--log`` names another file)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "eval.json"
+    proc = subprocess.run([sys.executable, "-m", "ragen.eval", tiny_folder, "--env", "bandit", "--n", "2",
+                           "--json", str(out), "model=tiny", *FAST], cwd=tmp_path, env=subprocess_env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "success rate" in proc.stdout
+    for noise in ("Warning", "deprecated", "Loading weights"):
+        assert noise not in proc.stdout + proc.stderr, noise
+    assert "deprecated" in out.with_suffix(".log").read_text()

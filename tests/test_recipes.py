@@ -262,8 +262,7 @@ def test_env_that_needs_an_absent_extra_names_it(monkeypatch):
 
 SCRIPT_CONFIG = {"train_ppo.sh": "ppo_bandit", "train_ppo_multi_turn.sh": "ppo_multi_turn",
                  "train_ppo_bilevel.sh": "ppo_bilevel", "scripts/train_archer.sh": "archer_twenty_questions"}
-STAND_INS = {"<policy folder, e.g. an SFT run>": "/models/policy", "<policy folder>": "/models/policy",
-             "<SFT run>": "/models/policy"}
+STAND_INS = {"<policy-dir>": "/models/policy", "<sft-run-dir>": "/models/policy"}
 
 
 def header_commands() -> list[tuple[str, list[str]]]:

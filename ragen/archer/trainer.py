@@ -106,8 +106,8 @@ class ArcherTrainer:
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self) -> None:
         cfg = self.cfg
+        self.model_path, self.tokenizer = builders.prepare_model(cfg)  # a bad model path fails before any write
         builders.prepare_run(cfg, self.run_dir)
-        self.model_path, self.tokenizer = builders.prepare_model(cfg)
         builders.start_ray(cfg)
         wt = builders.worker_threads(cfg)
         self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",

@@ -72,8 +72,8 @@ def jericho_game(game_path: str, seed: int) -> GameLike:
         import jericho
     except ImportError as exc:
         raise ImportError(
-            "text_adventure needs jericho, the text_adventure extra: pip install 'ragen[text_adventure]' (it builds a "
-            "small C library; needs gcc and make)"
+            "text_adventure needs jericho: install extra text_adventure, pip install 'ragen[text_adventure]' (jericho "
+            "builds a small C library; needs gcc and make)"
         ) from exc
     with warnings.catch_warnings():  # "not fully supported" games still play; we show a hint instead
         warnings.simplefilter("ignore")

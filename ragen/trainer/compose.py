@@ -9,11 +9,26 @@ from typing import Any
 
 from ragen.trainer.config import ConfigError, TrainConfig, build_config
 
+CONFIG_PACKAGE = "ragen_config"  # the installed copy of config/ (setup.py maps the package to that folder)
+
 
 def config_dir() -> Path:
-    """``$RAGEN_CONFIG_DIR`` or the repository's ``config/`` folder (next to the ``ragen`` package)."""
+    """The Hydra config folder: ``$RAGEN_CONFIG_DIR``, else the checkout's ``config/`` (next to the ``ragen``
+    package), else the copy installed with the package (``ragen_config``, a wheel's package data)."""
     env = os.environ.get("RAGEN_CONFIG_DIR")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[2] / "config"
+    if env:
+        return Path(env).expanduser().resolve()
+    checkout = Path(__file__).resolve().parents[2] / "config"
+    if (checkout / "base.yaml").is_file():
+        return checkout
+    import importlib.util
+
+    spec = importlib.util.find_spec(CONFIG_PACKAGE)  # a folder of YAML files: located, never imported as code
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if (Path(location) / "base.yaml").is_file():
+                return Path(location)
+    return checkout  # not found: Hydra's own error names this folder
 
 
 def to_train_config(cfg: Any) -> TrainConfig:
@@ -36,8 +51,9 @@ def prepare_composition(config_name: str = "base", overrides: Sequence[str] = ()
     entry point and the modules of ``imports`` (``ragen.plugins.load_plugins``), so that ``env=<plugin env>`` and
     ``algorithm.estimator=<plugin estimator>`` resolve. ``imports`` is the command line's (``imports=[a,b]``) if
     given, else the primary config's (``<config_name>.yaml`` in ``config_dirs`` or :func:`config_dir`, or the
-    configs it inherits). Every Hydra entry point calls this first (:func:`prepare_from_argv`); :func:`compose`
-    does. Returns the imports; raises ``ragen.plugins.PluginError`` naming a module that failed."""
+    configs it inherits). Every Hydra entry point calls this first (:func:`prepare_from_argv`, from
+    ``ragen.cli.hydra_app``); :func:`compose` does. Returns the imports; raises ``ragen.plugins.PluginError``
+    naming a module that failed."""
     from ragen.plugins import load_plugins
 
     dirs = [Path(d) for d in config_dirs] + [config_dir()]
@@ -61,20 +77,6 @@ def prepare_from_argv(default_config_name: str, argv: Sequence[str] | None = Non
         return []
     return prepare_composition(args.config_name or default_config_name, args.overrides,
                                [args.config_dir] if args.config_dir else [])
-
-
-def prepare_cli(default_config_name: str) -> None:
-    """:func:`prepare_from_argv` in a ``@hydra.main`` entry point's ``__main__``: a plugin that fails to load exits
-    with status 2 and its message (as a config error does), before Hydra composes."""
-    import sys
-
-    from ragen.plugins import PluginError
-
-    try:
-        prepare_from_argv(default_config_name)
-    except PluginError as exc:
-        print(f"[ragen] {exc}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _override_imports(overrides: Sequence[str]) -> list[str] | None:

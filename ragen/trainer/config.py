@@ -267,8 +267,10 @@ class TrainerSection:
     """Loop, resources, checkpoints and logging.
 
     ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
-    validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none`` or
-    a checkpoint path. World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
+    validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none``, a
+    checkpoint path, or ``force`` (= ``auto``, also into a run folder saved with another config, which the CLI
+    refuses otherwise). ``dry_run``: check everything, print the plan, start and write nothing (``--check``).
+    World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
     ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
     steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
     the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
@@ -297,6 +299,7 @@ class TrainerSection:
     val_before_train: bool = True
     val_only: bool = False
     resume: str = "auto"
+    dry_run: bool = False
     output_dir: str = "runs/${trainer.experiment_name}"
     keep_last_ckpt: int | None = 2
     device: str = "auto"

@@ -16,11 +16,16 @@ def run(cfg: TrainConfig) -> dict[str, float]:
 
     Returns the final metrics. Workers, Ray (when this call started it) and loggers are shut down even on
     errors. ``algorithm.name`` archer / chai / filtered_bc runs the ArCHer family's trainer
-    (``ragen.archer.main.run``).
+    (``ragen.archer.main.run``). ``trainer.dry_run``: print the plan (``ragen.trainer.plan``) and return {}.
     """
     from ragen.plugins import load_plugins
 
     load_plugins(cfg.imports)  # a config built in Python (not composed from the command line) names its plugins here
+    if cfg.trainer.dry_run:
+        from ragen.trainer.plan import dry_run
+
+        console.say(dry_run(cfg))
+        return {}
     if cfg.algorithm.name != "ppo":
         from ragen.archer.main import run as run_archer
 
@@ -77,17 +82,29 @@ def final_summary(cfg: TrainConfig, metrics: dict[str, float], label: str = "don
 
 
 def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done",
-             runner: Callable[[TrainConfig], dict[str, float]] | None = None) -> dict[str, float]:
-    """The body of a Hydra entry point: build the frozen config, ``check`` it (a ``ConfigError`` exits with status 2
-    and one line per problem, before anything starts), then :func:`run_cli`."""
+             runner: Callable[[TrainConfig], dict[str, float]] | None = None,
+             transform: Callable[[TrainConfig], TrainConfig] | None = None) -> dict[str, float]:
+    """The body of a Hydra entry point: build the frozen config (then ``transform`` it, e.g. ``ragen.sft``'s
+    warm-start-only job), ``check`` it and run the pre-start checks (``ragen.trainer.prestart``: the model loads,
+    the output folder holds no run with another config); a ``ConfigError`` exits with status 2 and one line per
+    problem, before anything is written or started. ``trainer.dry_run``: print the plan and return {} (exit 0).
+    Else :func:`run_cli`."""
     import sys
 
     from ragen.trainer.compose import to_train_config
     from ragen.trainer.config import ConfigError
+    from ragen.trainer.plan import dry_run
+    from ragen.trainer.prestart import check_before_start
 
     try:
         train_cfg = to_train_config(cfg)
+        if transform is not None:
+            train_cfg = transform(train_cfg)
+        if train_cfg.trainer.dry_run:
+            print(dry_run(train_cfg, check))
+            return {}
         check(train_cfg)
+        check_before_start(train_cfg)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)

@@ -68,8 +68,8 @@ class PPOTrainer:
     def setup(self, *, with_workers: bool = True) -> None:
         """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
         cfg = self.cfg
+        self.model_path, self.tokenizer = builders.prepare_model(cfg)  # a bad model path fails before any write
         builders.prepare_run(cfg, self.run_dir)
-        self.model_path, self.tokenizer = builders.prepare_model(cfg)
         pg = None
         if with_workers:
             builders.start_ray(cfg)

@@ -220,19 +220,20 @@ def _install(root: Path, tmp: Path, step: int) -> Path:
 def resolve_resume(resume: str, root: str | Path) -> Path | None:
     """Map ``trainer.resume`` to a checkpoint folder.
 
-    ``"none"`` -> None (start fresh); ``"auto"`` -> the latest complete checkpoint under ``root`` or None (after
-    :func:`recover_interrupted` finished any interrupted rename); anything else is a path that must be a complete
-    checkpoint.
+    ``"none"`` -> None (start fresh); ``"auto"`` and ``"force"`` -> the latest complete checkpoint under ``root``
+    or None (after :func:`recover_interrupted` finished any interrupted rename; ``force`` differs only in the CLI's
+    check of the run folder's saved config, ``ragen.trainer.prestart``); anything else is a path that must be a
+    complete checkpoint.
     """
     if resume in ("none", "", None):
         return None
-    if resume == "auto":
+    if resume in ("auto", "force"):
         recover_interrupted(root)
         return latest_checkpoint(root)
     path = Path(resume)
     if not is_complete(path):
         raise FileNotFoundError(
             f"trainer.resume={resume!r} is not a complete checkpoint folder (no {COMPLETE_MARKER} marker); "
-            "pass a global_step_<n> folder, 'auto' or 'none'"
+            "pass a global_step_<n> folder, 'auto', 'force' or 'none'"
         )
     return path

@@ -151,3 +151,41 @@ def redirect_worker_output() -> None:
     _worker_reader = _point_fds_at(Path(path))  # runs as long as this process (and its children) write
     warnings.simplefilter("default")
     _quiet_libraries()
+
+
+@contextlib.contextmanager
+def library_messages_to(log_path: str | Path | None) -> Iterator[None]:
+    """For the duration, keep library messages off the console of a command without a run folder (``ragen.eval``):
+    Python warnings (e.g. transformers' and torch's deprecation warnings), transformers' log records and its
+    progress bars. They are appended to ``log_path`` when given, else dropped; ragen's own output is untouched.
+    Everything is restored on exit."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    handler: logging.Handler = logging.NullHandler()
+    if log_path is not None:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_path, encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s"))
+    py_warnings, hf_root = logging.getLogger("py.warnings"), hf_logging.get_logger()
+    saved = py_warnings.propagate, hf_logging.is_progress_bar_enabled()
+    logging.captureWarnings(True)  # warnings.warn -> the py.warnings logger (the filters still apply)
+    py_warnings.propagate = False
+    py_warnings.addHandler(handler)
+    hf_logging.disable_default_handler()
+    hf_root.addHandler(handler)
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")  # each distinct warning once per location, into the log
+            yield
+    finally:
+        logging.captureWarnings(False)
+        py_warnings.removeHandler(handler)
+        py_warnings.propagate = saved[0]
+        hf_root.removeHandler(handler)
+        hf_logging.enable_default_handler()
+        if saved[1]:
+            hf_logging.enable_progress_bar()
+        handler.close()

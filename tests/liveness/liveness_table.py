@@ -246,6 +246,8 @@ t.allow("trainer.val_before_train", "validation schedule: validation never chang
 t.allow("trainer.val_only", "run mode: evaluate a checkpoint instead of training "
                             "(tests/trainer/test_driver_options.py)")
 t.allow("trainer.resume", "checkpoint path / resume mode (tests/trainer/test_resume_checkpoint.py)")
+t.allow("trainer.dry_run", "run mode: check everything and print the plan, start nothing "
+                         "(tests/cli/test_console_commands.py)")
 t.allow("trainer.output_dir", "path: the run folder")
 t.allow("trainer.keep_last_ckpt", "checkpoint retention (tests/utils/test_checkpoint.py)")
 t.add("trainer.device", same(REAL, "auto"), rejected("cuda"), note="auto: cuda when GPUs are configured and visible")

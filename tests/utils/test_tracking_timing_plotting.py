@@ -120,3 +120,28 @@ def test_wandb_keeps_every_row_and_a_resumed_run_continues_its_wandb_run(monkeyp
     assert runs[1].kwargs["id"] == first and runs[1].kwargs["resume"] == "allow"
     Tracker(["wandb"], tmp_path, project="p", experiment="e", config={}).finish()  # a fresh start: a new run
     assert runs[2].kwargs["id"] != first
+
+
+def test_curve_axes_show_values_at_whole_steps(tmp_path, monkeypatch):
+    """A nearly flat entropy (10.790120 + 1e-6 * step): matplotlib's default labels the y axis with the offset
+    '1e-6+1.079012e1' over ticks like 0, 1, 2 and puts x ticks every 0.25 step. The curve's axes show the values
+    themselves (no offset text) and x ticks at whole steps only."""
+    from ragen.utils import plotting
+
+    figures = []
+    close = plotting.plt.close
+    monkeypatch.setattr(plotting.plt, "close", figures.append)  # keep the figure to inspect its axes
+    recs = [{"step": s, "actor/entropy": 10.790120 + 1e-6 * s, "actor/pg_loss": 0.5 * s} for s in range(3)]
+    plot_learning_curves(recs, tmp_path / "curve.png", keys=["actor/entropy", "actor/pg_loss"])
+    (fig,) = figures
+    fig.canvas.draw()
+    for ax in fig.axes:
+        assert ax.yaxis.get_major_formatter().get_offset() == ""
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels and not any("e" in label for label in labels), labels
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        assert ticks == [0.0, 1.0, 2.0], ticks
+    entropy = [float(t.get_text()) for t in fig.axes[0].get_yticklabels()]
+    assert all(10.7901 < v < 10.7902 for v in entropy), entropy  # the values, not deviations from an offset
+    close(fig)

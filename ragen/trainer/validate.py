@@ -100,8 +100,26 @@ def _split_or_false(name: str) -> bool:
         return False
 
 
+def check_rollout_correction(cfg: TrainConfig) -> list[str]:
+    """``algorithm.rollout_correction``: a known mode and aggregation, a truncation of at least 1 (a smaller one
+    would down-weight tokens on which the engine and the trainer agree) and a band around 1."""
+    from ragen.algorithms.rollout_correction import MODES, SEQ_AGGS
+
+    rc, key, out = cfg.algorithm.rollout_correction, "algorithm.rollout_correction", []
+    if rc.mode not in MODES:
+        out.append(f"{key}.mode={rc.mode!r} is unknown; use one of {', '.join(MODES)}")
+    if rc.seq_agg not in SEQ_AGGS:
+        out.append(f"{key}.seq_agg={rc.seq_agg!r} is unknown; use one of {', '.join(SEQ_AGGS)}")
+    if not rc.clip >= 1.0:
+        out.append(f"{key}.clip={rc.clip} must be >= 1 (weights are min(ratio, clip); e.g. {key}.clip=2.0)")
+    if not (0.0 <= rc.low < 1.0 < rc.high):
+        out.append(f"{key}.low={rc.low} / {key}.high={rc.high} must satisfy 0 <= low < 1 < high (tokens whose ratio "
+                   f"leaves [low, high] are dropped; e.g. low=0.5, high=2.0)")
+    return out
+
+
 def check_algorithm(cfg: TrainConfig) -> list[str]:
-    alg, out = cfg.algorithm, []
+    alg, out = cfg.algorithm, check_rollout_correction(cfg)
     names = _estimators()
     if alg.estimator not in names:
         out.append(f"algorithm.estimator={alg.estimator!r} is unknown; registered estimators: {', '.join(names)} "

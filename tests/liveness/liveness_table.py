@@ -229,6 +229,19 @@ t.add("algorithm.kl_kind", sweep(CREDIT, "k2", "k3"), sweep(CREDIT, "k2", "k3", 
 t.add("algorithm.rollout_filter_ratio", sweep(CREDIT, 0.5))
 t.add("algorithm.use_step_reward", sweep(CREDIT, False, whens=(("env=search_qa",),)), rejected(False))
 
+# ---- algorithm.rollout_correction (the driver's weights on the actor's policy loss, every estimator and layout)
+RC = "algorithm.rollout_correction"
+t.add(f"{RC}.mode", sweep(LOSS, "token_tis", "token_mask", "seq_tis", "seq_mask"),
+      rejected("token_tis", when=ARCHER_CTX))
+for key, value, readers, other in (("clip", 1.5, ("token_tis", "seq_tis"), "token_mask"),
+                                   ("low", 0.9, ("token_mask", "seq_mask"), "token_tis"),
+                                   ("high", 1.1, ("token_mask", "seq_mask"), "seq_tis"),
+                                   ("seq_agg", "product", ("seq_tis", "seq_mask"), "token_tis")):
+    t.add(f"{RC}.{key}", *[changes(LOSS, value, when=(f"{RC}.mode={mode}", f"agent.layout={layout}"))
+                           for mode in readers for layout in ("trajectory", "turn")],
+          rejected(value), rejected(value, when=f"{RC}.mode={other}"),
+          note=f"read by {RC}.mode={' | '.join(readers)}")
+
 # ---- sft (the supervised warm start: read with trainer.sft_warmup_steps >= 1)
 WARMING = ("trainer.sft_warmup_steps=1",)
 t.add("sft.lr", changes(WARM, 1e-3, when=WARMING), note="read only with trainer.sft_warmup_steps >= 1")

@@ -175,6 +175,7 @@ class AgentSection:
     stop_at_answer: bool = True
     env_step_timeout: float | None = 60.0
     reminder: str = "every_turn"
+    history_thinking: str = "keep"
 
 
 @dataclass(frozen=True)

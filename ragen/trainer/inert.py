@@ -188,7 +188,25 @@ def _sections(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def _agent(cfg: TrainConfig) -> list[str]:
+    """``agent.history_thinking=strip`` where every env of the run (train and validation) plays one turn: no prompt
+    holds an earlier turn, so there is no thinking to cut."""
+    from ragen.trainer.config import ConfigError
+    from ragen.trainer.env_mix import per_env_configs
+
+    if cfg.agent.history_thinking != "strip":
+        return []
+    try:
+        turns = max(sub.env.max_turn for sub in per_env_configs(cfg))
+    except ConfigError:  # a bad rollout.train_envs / val_envs entry: validation reports it
+        return []
+    if turns > 1:
+        return []
+    return ["agent.history_thinking='strip' has no effect: every env of the run plays one turn (env.max_turn=1), so "
+            "no prompt holds an earlier turn's thinking; remove the override (default 'keep')"]
+
+
 def check_inert(cfg: TrainConfig) -> list[str]:
     """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
     nothing reads in this configuration (see the module docstring)."""
-    return _algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg)
+    return _algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg) + _agent(cfg)

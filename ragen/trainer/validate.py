@@ -194,6 +194,10 @@ def check_agent(cfg: TrainConfig) -> list[str]:
         out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
                    "trajectory row would not be what the model saw at every turn; use agent.layout=turn (or "
                    "max_context_window=null)")
+    if ag.history_thinking == "strip" and ag.layout != "turn":
+        out.append(f"agent.history_thinking='strip' needs agent.layout=turn (got {ag.layout!r}): a trajectory row "
+                   "holds every turn's thinking, which later prompts leave out, so it is not what the model saw; set "
+                   "agent.layout=turn")
     if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
         out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
                    "old log-probs would not be those of the sampling distribution; set actor.temperature to the "

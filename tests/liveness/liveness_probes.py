@@ -176,10 +176,11 @@ def tokenizer() -> Any:
 
 
 # Scripted answers (prompt index % 4), in the agent's tags: thinking + answer + trailing text (stop_at_answer cuts it),
-# two actions, no tags at all (format penalty), and a long answer (the token budget cuts it).
+# two actions (after a newline: the think block ends on a token boundary, so agent.history_thinking=strip cuts it), no
+# tags at all (format penalty), and a long answer (the token budget cuts it).
 SCRIPT = (
     "<{t}>the first arm</{t}><{ans}>{a}</{ans}> and some words after the answer",
-    "<{t}>two moves</{t}><{ans}>{a} || {b}</{ans}>",
+    "<{t}>two moves</{t}>\n<{ans}>{a} || {b}</{ans}>",
     "I am not sure what to do here.",
     "<{t}>" + "let me think about this for a while " * 6 + "</{t}><{ans}>{b}</{ans}>",
 )

@@ -22,9 +22,11 @@ the hf engine reports ``log_softmax(logits / T)``, vLLM ``processed_logprobs``),
 log-probs at the same temperature (``actor.temperature`` = ``agent.temperature``, checked by validation).
 
 The weights multiply the per-token policy-gradient loss (``losses.policy_loss(is_weights=...)``) before
-aggregation; a dropped token still counts in the aggregation's normaliser (its loss is 0). On CPU (fp32 on both
-sides) the gap is ~1e-5 and the correction is off by default; on GPUs with vLLM in bf16 the recommended setting is
-``mode=token_tis, clip=2.0`` (the per-token gap there is ~1e-3..1e-2, with rare tokens far off).
+aggregation; a dropped token still counts in the aggregation's normaliser (its loss is 0), and the entropy and KL
+terms are not weighted. On CPU (fp32 on both sides) the gap is ~1e-5 and the correction is off by default; on GPUs
+with vLLM in bf16 the recommended setting is ``mode=token_tis, clip=2.0`` (Yao et al.'s choice: unbiased where the
+ratio stays below 2, which the bf16 gap leaves for all but rare tokens; ``rollout/logprob_diff_*`` and
+``rollout_correction/clipped_frac`` show where a run stands).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ log-probs at the same temperature (``actor.temperature`` = ``agent.temperature``
 The weights multiply the per-token policy-gradient loss (``losses.policy_loss(is_weights=...)``) before
 aggregation; a dropped token still counts in the aggregation's normaliser (its loss is 0), and the entropy and KL
 terms are not weighted. On CPU (fp32 on both sides) the gap is ~1e-5 and the correction is off by default; on GPUs
-with vLLM in bf16 the recommended setting is ``mode=token_tis, clip=2.0`` (Yao et al.'s choice: unbiased where the
-ratio stays below 2, which the bf16 gap leaves for all but rare tokens; ``rollout/logprob_diff_*`` and
-``rollout_correction/clipped_frac`` show where a run stands).
+with vLLM in bf16 the recommended setting is ``mode=token_tis, clip=2.0`` (Yao et al.'s choice: the weight is the
+exact importance ratio wherever that stays below 2, and bounded where it does not; ``rollout/logprob_diff_*`` and
+``rollout_correction/clipped_frac`` show how often a run truncates).
 """
 
 from __future__ import annotations

@@ -76,14 +76,15 @@ def _comment(rest: str) -> str:
 
 
 def _defaults() -> dict[str, object]:
-    from ragen.trainer.config import SECTIONS, VLLMSection, default_section_values
+    from ragen.trainer.config import NESTED, SECTIONS, default_section_values
 
     out = {}
-    for name in SECTIONS:
+    for name, cls in SECTIONS.items():
+        types = {f.name: str(f.type) for f in dataclasses.fields(cls)}
         for key, value in default_section_values(name).items():
-            if name == "rollout" and key == "vllm":
-                out.update({f"rollout.vllm.{f.name}": getattr(VLLMSection(), f.name)
-                            for f in dataclasses.fields(VLLMSection)})
+            nested = NESTED.get(types[key])
+            if nested is not None:  # rollout.vllm, algorithm.rollout_correction: one row per key
+                out.update({f"{name}.{key}.{f.name}": getattr(nested(), f.name) for f in dataclasses.fields(nested)})
             else:
                 out[f"{name}.{key}"] = value
     return out

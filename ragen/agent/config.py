@@ -7,6 +7,7 @@ from typing import Any
 
 LAYOUTS = ("trajectory", "turn")
 REMINDERS = ("every_turn", "first_turn")
+HISTORY_THINKING = ("keep", "strip")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class AgentConfig:
     ``"first_turn"`` = only the first (and one after an unparsed answer) does, others say only how many actions are
     left: the history already holds the first message (on 3x3 FrozenLake the reminder is 49 of a later turn's 88
     prompt tokens).
+    ``history_thinking``: ``"keep"`` = prompts continue the full episode (a model sees its own earlier thinking);
+    ``"strip"`` = each earlier turn's thinking (through its last ``</think_tag>``) is cut from later prompts, as
+    reasoning models' chat templates render history (Qwen3: what the model sees at deployment;
+    ``ragen.agent.thinking``). Needs ``layout="turn"``: a trajectory row holds every turn's thinking, which later
+    prompts no longer do.
     """
 
     max_turn: int = 5
@@ -51,6 +57,7 @@ class AgentConfig:
     stop_at_answer: bool = True
     env_step_timeout: float | None = 60.0
     reminder: str = "every_turn"
+    history_thinking: str = "keep"
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -78,6 +85,12 @@ class AgentConfig:
             raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.reminder not in REMINDERS:
             raise ValueError(f"AgentConfig.reminder must be one of {REMINDERS}, got {self.reminder!r}")
+        if self.history_thinking not in HISTORY_THINKING:
+            raise ValueError(f"AgentConfig.history_thinking must be one of {HISTORY_THINKING}, got "
+                             f"{self.history_thinking!r}")
+        if self.history_thinking == "strip" and self.layout != "turn":
+            raise ValueError("AgentConfig.history_thinking='strip' needs layout='turn' (a trajectory row holds every "
+                             "turn's thinking, which later prompts leave out)")
         if self.env_step_timeout is not None and not self.env_step_timeout >= 0:
             raise ValueError(f"AgentConfig.env_step_timeout must be None or >= 0 seconds, got {self.env_step_timeout}")
         if not self.think_tag or not self.answer_tag:

@@ -7,17 +7,24 @@ end-of-turn token, the separator and the per-message rendering are all derived f
 template (``ChatFormat``).
 
 ``EpisodeContext`` holds one episode's full token sequence (the ``trajectory`` layout row) and builds each
-turn's prompt from it, keeping the last ``max_context_window`` turns and dropping older history when the
-prompt would not leave room for the response inside ``max_model_len``. When history is cut, the prompt
+turn's prompt from its history view, keeping the last ``max_context_window`` turns and dropping older history when
+the prompt would not leave room for the response inside ``max_model_len``. When history is cut, the prompt
 starts with a fresh first message (instructions + the observation of the oldest kept turn) followed by
 the kept turns' exact tokens; the trajectory row still holds the full, uncut sequence (DESIGN.md, "Two
 layouts": use ``layout="turn"`` when the exact per-turn prompts matter for training).
+
+The history view is the full sequence (``agent.history_thinking=keep``: append-only, a model sees its own earlier
+thinking) or, with ``strip_tag`` (``history_thinking=strip``), the sequence with each earlier turn's thinking cut
+as a reasoning model's template renders it (``ragen.agent.thinking``): later prompts then differ from the full
+sequence, so only the ``turn`` layout, whose rows are the exact prompts, trains on what the model saw.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from ragen.agent.thinking import think_cut
 
 _MARK_USER = "\u2063u\u2063"
 _MARK_ASSISTANT = "\u2063ASSISTANT_CONTENT\u2063"
@@ -84,6 +91,15 @@ class ChatFormat:
         """Text of a response with special tokens removed (what the parser sees)."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def decode_raw(self, ids: list[int]) -> str:
+        """Text of ``ids`` with special tokens kept (every token shows in the text: token boundaries in text)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    @property
+    def prefix_ids(self) -> list[int]:
+        """Ids of ``response_prefix``, the end of every prompt and the start of every assistant message."""
+        return self._prefix_ids
+
     def first_prompt(self, user_text: str) -> list[int]:
         """Ids of [system?, user(user_text)] + generation prompt."""
         return self.encode(self._render([{"role": "user", "content": user_text}], True)) + self._prefix_ids
@@ -125,10 +141,16 @@ class EpisodeContext:
 
     ``ids``/``log_probs``/``turn_ids`` cover the full sequence ``[prompt][turn 0][env][turn 1]...``;
     ``turn_ids`` is k on model tokens of turn k and -1 elsewhere (prompt, env tokens, appended end tokens).
+    ``view`` is the history later prompts continue from (module docstring): ``ids`` itself, or with ``strip_tag``
+    (a closing think tag, e.g. ``"</think>"``) ``ids`` with each closed turn's thinking cut; ``view_starts[k]`` is
+    where turn k's assistant message (forced response prefix, then the response) starts in it.
+    ``think_cuts[k]``: how many leading ids of turn k's assistant message the view leaves out (0: no closing tag or
+    ``strip_tag`` None; None: kept whole, ``think_cut`` found no token boundary after the tag).
     """
 
     fmt: ChatFormat
     instructions: str
+    strip_tag: str | None = None
     user_texts: list[str] = field(default_factory=list)
     ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
@@ -138,6 +160,9 @@ class EpisodeContext:
     responses: list[tuple[list[int], list[float]]] = field(default_factory=list)  # sampled ids, log-probs
     history_cut: bool = False  # some generated turn's prompt did not hold the full history (use_plan sets it)
     closed_len: int = 0  # len(ids) after the last response and its end-of-turn token (0 before the first turn)
+    view: list[int] = field(default_factory=list)
+    view_starts: list[int] = field(default_factory=list)
+    think_cuts: list[int | None] = field(default_factory=list)
     _heads: dict[int, list[int]] = field(default_factory=dict)
 
     def head(self, turn: int) -> list[int]:
@@ -151,18 +176,26 @@ class EpisodeContext:
         self.user_texts.append(text)
         new = self.head(0) if len(self.user_texts) == 1 else self.fmt.separator_ids + self.fmt.next_message(text)
         self._extend(new, -1)
+        self.view.extend(new)
 
     def add_response(self, ids: list[int], log_probs: list[float]) -> None:
-        """Append the sampled ids of the current turn; close it with the end-of-turn token if it is missing."""
+        """Append the sampled ids of the current turn; close it with the end-of-turn token if it is missing. The
+        history view gets the turn's assistant message, its thinking cut with ``strip_tag``."""
         turn = len(self.turn_starts)
         self.responses.append((list(ids), [float(x) for x in log_probs]))
         self.turn_starts.append(len(self.ids))
         self.ids.extend(ids)
         self.log_probs.extend(float(x) for x in log_probs)
         self.turn_ids.extend([turn] * len(ids))
-        if not ids or ids[-1] != self.fmt.eot_id:
-            self._extend([self.fmt.eot_id], -1)
+        close = [] if ids and ids[-1] == self.fmt.eot_id else [self.fmt.eot_id]
+        self._extend(close, -1)
         self.closed_len = len(self.ids)
+        start = len(self.view) - len(self.fmt.prefix_ids)  # the prompt ends with the forced response prefix
+        message = self.view[start:] + list(ids) + close
+        cut = 0 if self.strip_tag is None else think_cut(self.fmt.decode_raw, message, self.strip_tag)
+        self.think_cuts.append(cut)
+        self.view[start:] = message[cut or 0:]
+        self.view_starts.append(start)
 
     def _extend(self, ids: list[int], turn: int) -> None:
         self.ids.extend(ids)
@@ -173,12 +206,25 @@ class EpisodeContext:
     def num_turns(self) -> int:
         return len(self.turn_starts)
 
-    def _prompt_len(self, start: int) -> int:
-        """Length of the prompt that keeps turns ``start..`` (``start == num_turns``: no history at all)."""
+    def _history_from(self, start: int) -> list[int]:
+        """The prompt that keeps turns ``start..`` of the history view: the view itself (``start == 0``), else a
+        fresh first message at ``start``'s observation, then the view from turn ``start``'s assistant message
+        (``start == num_turns``: the first message alone)."""
         if start == 0:
-            return len(self.ids)
-        tail = len(self.ids) - self.turn_starts[start] if start < self.num_turns else 0
-        return len(self.head(start)) + tail
+            return list(self.view)
+        head = self.head(start)
+        if start >= self.num_turns:
+            return list(head)
+        return head[: len(head) - len(self.fmt.prefix_ids)] + self.view[self.view_starts[start]:]
+
+    def _prompt_len(self, start: int) -> int:
+        """Length of :meth:`_history_from` ``(start)``, without building it."""
+        if start == 0:
+            return len(self.view)
+        head = len(self.head(start))
+        if start >= self.num_turns:
+            return head
+        return head - len(self.fmt.prefix_ids) + len(self.view) - self.view_starts[start]
 
     def plan(self, window: int | None, max_model_len: int, max_new_tokens: int) -> PromptPlan:
         """The prompt of the next turn: the last ``window`` turns of history that leave room for the response.
@@ -193,10 +239,7 @@ class EpisodeContext:
         start = first
         while start < k and self._prompt_len(start) + max_new_tokens > max_model_len:
             start += 1
-        if start == 0:
-            ids = list(self.ids)
-        else:
-            ids = self.head(start) + (self.ids[self.turn_starts[start] :] if start < k else [])
+        ids = self._history_from(start)
         budget = min(max_new_tokens, max_model_len - len(ids))
         return PromptPlan(ids=ids, max_new_tokens=budget, start_turn=start, truncated=start > first)
 

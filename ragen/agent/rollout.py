@@ -20,7 +20,9 @@ Rows are right-padded with ``tokenizer.pad_token_id`` (the end-of-turn id when t
 Generation stops at the template's end-of-turn token, or at the closing answer tag (``stop_at_answer``); a
 response that does not end with the end-of-turn token (stopped at the tag, or cut by the token budget) is closed
 with that token as a non-model token (response_mask 0). ``agent/time/*`` metrics split rollout time into generation
-and everything else.
+and everything else; ``agent/prompt_tokens`` counts the prompt tokens sent to the engine. With
+``agent.history_thinking=strip`` each episode's later prompts leave out its earlier thinking (``ragen.agent.context``;
+``agent/think_stripped_tokens`` counts the ids cut, ``agent/think_kept_unaligned`` the turns kept whole).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class AgentProxy:
             base, counter = self.val_seed, 0
         start = time.perf_counter()
         stats = {"generate_s": 0.0, "truncations": 0, "overflow": 0, "cutoffs": 0, "calls": 0, "dropped": 0,
-                 "repetition": 0}
+                 "repetition": 0, "prompt_tokens": 0}
         manager.reset(manager.group_seeds(base, counter))
         contexts: list[EpisodeContext | None] = [self._open(slot) for slot in manager.slots]
         for turn in range(max(slot.max_turn for slot in manager.slots)):
@@ -111,6 +113,10 @@ class AgentProxy:
                 for slot, ctx in zip(manager.slots, contexts, strict=True)]
         batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout, self.cfg.max_model_len, boot)
         batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
+        live = [ctx for ctx in contexts if ctx is not None]
+        cuts = [c for ctx in live for c in ctx.think_cuts]
+        batch.metrics["agent/think_stripped_tokens"] = float(sum(c for c in cuts if c))
+        batch.metrics["agent/think_kept_unaligned"] = float(sum(c is None for c in cuts))
         batch.metrics["rollout/env_errors"] = float(_log_env_errors(manager.slots, mode))
         return batch
 
@@ -123,7 +129,8 @@ class AgentProxy:
         except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
             slot.fail("instructions", exc)
             return None
-        ctx = EpisodeContext(self.fmt, instructions)
+        strip = f"</{self.cfg.think_tag}>" if self.cfg.history_thinking == "strip" else None
+        ctx = EpisodeContext(self.fmt, instructions, strip_tag=strip)
         ctx.add_user(self._user_text(slot, legal, 0, ""))
         return ctx
 
@@ -153,6 +160,7 @@ class AgentProxy:
         )  # fmt: skip
         t0 = time.perf_counter()
         prompts = [p.ids for p in plans]
+        stats["prompt_tokens"] += sum(len(p) for p in prompts)
         if responder is None:
             samples = self.engine.generate(prompts, sampling)
         else:
@@ -229,6 +237,7 @@ class AgentProxy:
             "agent/engine_dropped": float(stats["dropped"]),
             "agent/repetition_stops": float(stats["repetition"]),
             "agent/generate_calls": float(stats["calls"]),
+            "agent/prompt_tokens": float(stats["prompt_tokens"]),
             "agent/time/rollout_s": total_s,
             "agent/time/generate_s": gen,
             "agent/time/outside_generate_frac": (total_s - gen) / total_s if total_s > 0 else 0.0,

@@ -71,12 +71,15 @@ def policy_loss(
     num_tokens: float | None = None,
     num_seqs: float | None = None,
     seq_tokens: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with clip-higher and optional dual clip.
 
     Per token: ratio = exp(log_probs - old_log_probs);
     loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)) (DAPO's decoupled clip range);
     with ``dual_clip = c > 1`` (Ye et al. 2020), tokens with A < 0 are further capped at -A * c.
+    ``is_weights``: (B, T) detached rollout-correction weights (``ragen.algorithms.rollout_correction``), which
+    multiply each token's loss before aggregation (None = all 1); the metrics do not read them.
     Metrics (python floats, over this call's masked tokens): actor/pg_loss (the returned value),
     actor/pg_clipfrac (fraction where the clipped term is active), actor/ppo_kl (mean old - new log-prob).
     """
@@ -93,7 +96,8 @@ def policy_loss(
     if dual_clip is not None:
         capped = torch.minimum(loss_mat, -advantages * dual_clip)
         loss_mat = torch.where(advantages < 0, capped, loss_mat)
-    loss = aggregate_loss(loss_mat, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)
+    weighted = loss_mat if is_weights is None else loss_mat * is_weights.detach().to(loss_mat.dtype)
+    loss = aggregate_loss(weighted, m, agg, num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=seq_tokens)
     with torch.no_grad():
         metrics = {
             "actor/pg_loss": float(loss.detach()),

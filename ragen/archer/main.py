@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from ragen.archer.config import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.archer.dialogues import dialogue_problems
 from ragen.trainer.config import ConfigError, TrainConfig
@@ -34,6 +36,7 @@ def check_archer(cfg: TrainConfig) -> list[str]:
         out.append(f"archer.bc_loss_agg={a.bc_loss_agg!r} is online filtered BC's loss and has no effect with "
                    f"algorithm.name={name}; leave it at token-mean")
     out += dialogue_problems(cfg)
+    out += _rollout_correction_problems(cfg)
     if cfg.agent.layout != "turn":
         out.append(f"agent.layout={cfg.agent.layout!r}: the ArCHer family stores one replay record per turn with the "
                    "exact prompt the model saw; set agent.layout=turn")
@@ -47,6 +50,17 @@ def check_archer(cfg: TrainConfig) -> list[str]:
         out.append(f"actor.micro_batch_size={micro} (per rank) must divide the per-rank mini-batch {mini}/{aws}="
                    f"{mini // aws}")
     return out
+
+
+def _rollout_correction_problems(cfg: TrainConfig) -> list[str]:
+    """``algorithm.rollout_correction`` weights the PPO trainer's policy loss; the ArCHer family's losses never read
+    it."""
+    from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
+
+    rc, defaults = cfg.algorithm.rollout_correction, RolloutCorrectionConfig()
+    return [f"algorithm.rollout_correction.{f.name}={getattr(rc, f.name)!r} has no effect: it weights the PPO "
+            f"trainer's policy loss, which algorithm.name={cfg.algorithm.name} does not use; remove the override"
+            for f in fields(rc) if getattr(rc, f.name) != getattr(defaults, f.name)]
 
 
 def validate_archer(cfg: TrainConfig) -> None:

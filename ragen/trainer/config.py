@@ -10,13 +10,15 @@ values (world sizes, worker configs) are computed by functions from it.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
 from ragen.archer.config import ALGORITHMS as ARCHER_ALGORITHMS
 from ragen.archer.config import ArcherSection
+from ragen.trainer.config_types import coerce as _coerce
+from ragen.trainer.config_types import type_problems as _type_problems
 from ragen.workers.config import PLACEMENT_STRATEGIES, ActorConfig, CriticConfig
 
 
@@ -137,14 +139,19 @@ class RolloutSection:
     vllm: VLLMSection = field(default_factory=VLLMSection)
 
     def __post_init__(self) -> None:
-        """YAML gives ``vllm`` as a mapping: build the section, naming unknown keys."""
-        if isinstance(self.vllm, dict):
-            valid = {f.name for f in fields(VLLMSection)}
-            unknown = sorted(set(self.vllm) - valid)
-            if unknown:
-                raise ValueError(f"unknown key(s) {[f'rollout.vllm.{k}' for k in unknown]}; valid keys of "
-                                 f"rollout.vllm: {', '.join(sorted(valid))}")
-            object.__setattr__(self, "vllm", VLLMSection(**_coerce(VLLMSection, self.vllm)))
+        _build_nested(self, "rollout", "vllm", VLLMSection)
+
+
+def _build_nested(owner: Any, section: str, key: str, cls: type) -> None:
+    """YAML gives a nested section (``rollout.vllm``) as a mapping: build its dataclass, naming unknown keys."""
+    value = getattr(owner, key)
+    if isinstance(value, dict):
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - valid)
+        if unknown:
+            raise ValueError(f"unknown key(s) {[f'{section}.{key}.{k}' for k in unknown]}; valid keys of "
+                             f"{section}.{key}: {', '.join(sorted(valid))}")
+        object.__setattr__(owner, key, cls(**_coerce(cls, value)))
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,7 @@ class AgentSection:
     stop_at_answer: bool = True
     env_step_timeout: float | None = 60.0
     reminder: str = "every_turn"
+    history_thinking: str = "keep"
 
 
 @dataclass(frozen=True)
@@ -197,6 +205,8 @@ class AlgorithmSection:
     highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all).
     ``use_step_reward=false`` trains on the outcome reward only: each turn's step reward is taken out of the token
     rewards (envs with a step / outcome split, e.g. search_qa; MS-GRPO's "GRPO on the outcome reward" baseline).
+    ``rollout_correction``: importance weights for the engine / trainer gap on the policy loss
+    (``ragen.algorithms.rollout_correction``; mode ``none`` by default, ``token_tis`` with clip 2 on GPUs).
     """
 
     name: str = "ppo"
@@ -219,8 +229,10 @@ class AlgorithmSection:
     kl_kind: str = "k1"
     rollout_filter_ratio: float = 1.0
     use_step_reward: bool = True
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
     def __post_init__(self) -> None:
+        _build_nested(self, "algorithm", "rollout_correction", RolloutCorrectionConfig)
         if self.name not in ALGORITHM_NAMES:
             raise ValueError(f"algorithm.name={self.name!r} is unknown; use one of {', '.join(ALGORITHM_NAMES)} "
                              "(ppo: python -m ragen.train; archer, chai, filtered_bc: python -m ragen.archer)")
@@ -380,6 +392,7 @@ class TrainConfig:
                            **dataclasses.asdict(self.agent))
 
 
+NESTED: dict[str, type] = {"VLLMSection": VLLMSection, "RolloutCorrectionConfig": RolloutCorrectionConfig}
 SECTIONS: dict[str, type] = {
     "model": ModelSection, "actor": ActorConfig, "critic": CriticSection, "ref": RefSection,
     "rollout": RolloutSection, "agent": AgentSection, "env": EnvSection, "algorithm": AlgorithmSection,
@@ -425,7 +438,7 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
             problems.append(f"unknown key(s) {[f'{name}.{k}' for k in unknown]}; valid keys of {name}: "
                             f"{', '.join(sorted(valid))}")
             values = {k: v for k, v in values.items() if k in valid}
-        type_problems = _type_problems(name, cls, values)
+        type_problems = _type_problems(name, cls, values, NESTED)
         problems.extend(type_problems.values())
         values = {k: v for k, v in values.items() if k not in type_problems}  # the section's own checks still run
         try:
@@ -435,79 +448,3 @@ def build_config(raw: dict[str, Any]) -> TrainConfig:
     if problems:
         raise ConfigError(problems)
     return TrainConfig(imports=list(imports), **built)
-
-
-def _matches(value: Any, annotation: str) -> bool:
-    """True when ``value`` (plain YAML data) fits one alternative of a field annotation such as ``int | None``,
-    ``float``, ``list[str]``, ``tuple[float, float]`` or ``dict[str, Any]`` (floats must be finite; an int is a
-    valid float; a bool is never a number)."""
-    for alt in _split_top(annotation, "|"):
-        if alt == "None" and value is None or alt == "Any":
-            return True
-        if alt == "bool" and isinstance(value, bool):
-            return True
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if alt == "int" and number and isinstance(value, int):
-            return True
-        if alt == "float" and number and math.isfinite(value):
-            return True
-        if alt == "str" and isinstance(value, str):
-            return True
-        if alt.startswith("dict[") and isinstance(value, dict):
-            return True
-        if alt.startswith(("list[", "tuple[")) and isinstance(value, list | tuple):
-            inner = _split_top(alt[alt.index("[") + 1:-1], ",")
-            if alt.startswith("tuple[") and len(inner) != len(value):
-                continue
-            kinds = inner if alt.startswith("tuple[") else inner * len(value)
-            if all(_matches(v, t) for v, t in zip(value, kinds, strict=False)):
-                return True
-    return False
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """``text`` split at the ``sep`` characters outside brackets, stripped: ``"dict[str, Any], int"`` ->
-    ``["dict[str, Any]", "int"]``."""
-    parts, depth, cur = [], 0, ""
-    for ch in text:
-        depth += (ch == "[") - (ch == "]")
-        if ch == sep and depth == 0:
-            parts.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return [*parts, cur.strip()]
-
-
-def _type_problems(name: str, cls: type, values: dict[str, Any]) -> dict[str, str]:
-    """``{key: message}`` for the values of section ``name`` whose type does not match the field (e.g.
-    ``trainer.total_steps='abc'``), so they are reported by key instead of failing deep inside a check."""
-    types = {f.name: str(f.type) for f in fields(cls)}
-    out = {}
-    for key, value in values.items():
-        nested = globals().get(types.get(key, ""))
-        if dataclasses.is_dataclass(nested) and isinstance(value, dict):  # e.g. rollout.vllm: check its own keys
-            valid = {f.name for f in fields(nested)}
-            inner = _type_problems(f"{name}.{key}", nested, {k: v for k, v in value.items() if k in valid})
-            if inner:
-                out[key] = "; ".join(inner.values())
-            continue
-        if key in types and not _matches(value, types[key]):
-            example = _EXAMPLES.get(types[key].split("|")[0].strip().split("[")[0], "")
-            out[key] = (f"{name}.{key}={value!r} has the wrong type: expected {types[key]}"
-                        f"{f' (e.g. {name}.{key}={example})' if example else ''}")
-    return out
-
-
-_EXAMPLES = {"int": "4", "float": "0.5", "bool": "true", "str": "text", "list": "[a,b]", "tuple": "[0.9,0.999]",
-             "dict": "{}"}
-
-
-def _coerce(cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """YAML writes ``0`` for a float field: turn ints into floats where the field is annotated ``float``."""
-    types = {f.name: str(f.type) for f in fields(cls)}
-    out = dict(values)
-    for key, value in values.items():
-        if isinstance(value, int) and not isinstance(value, bool) and types[key].startswith("float"):
-            out[key] = float(value)
-    return out

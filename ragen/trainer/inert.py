@@ -18,7 +18,8 @@ from typing import Any
 from ragen.trainer.config import SECTIONS, TrainConfig, VLLMSection, default_section_values
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
-ALWAYS_READ = ("name", "estimator", "whiten", "kl_in_reward", "rollout_filter_ratio", "use_step_reward")
+ALWAYS_READ = ("name", "estimator", "whiten", "kl_in_reward", "rollout_filter_ratio", "use_step_reward",
+               "rollout_correction")
 # Estimators that read the step and outcome rewards themselves: taking the step rewards out of the token rewards
 # (``algorithm.use_step_reward=false``) changes nothing they read.
 OWN_STEP_SPLIT = ("ms_grpo", "ms_po")
@@ -112,6 +113,22 @@ def _algorithm(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def _rollout_correction(cfg: TrainConfig) -> list[str]:
+    """``algorithm.rollout_correction`` keys its ``mode`` does not read (``rollout_correction.keys_read``)."""
+    from ragen.algorithms.rollout_correction import RolloutCorrectionConfig, keys_read
+
+    rc, defaults, out = cfg.algorithm.rollout_correction, RolloutCorrectionConfig(), []
+    read = keys_read(rc.mode)
+    for f in dataclasses.fields(rc):
+        value, default = getattr(rc, f.name), getattr(defaults, f.name)
+        if f.name != "mode" and f.name not in read and _set(value, default):
+            reads = f"it reads {', '.join(read)}" if read else "no correction is applied"
+            out.append(f"algorithm.rollout_correction.{f.name}={show(value)} has no effect: "
+                       f"algorithm.rollout_correction.mode={rc.mode!r} does not read it ({reads}); set a mode that "
+                       f"reads it or remove the override (default {show(default)})")
+    return out
+
+
 def _estimator_params(name: str) -> tuple[str, ...]:
     from ragen.algorithms import ADVANTAGE_ESTIMATORS
 
@@ -171,7 +188,25 @@ def _sections(cfg: TrainConfig) -> list[str]:
     return out
 
 
+def _agent(cfg: TrainConfig) -> list[str]:
+    """``agent.history_thinking=strip`` where every env of the run (train and validation) plays one turn: no prompt
+    holds an earlier turn, so there is no thinking to cut."""
+    from ragen.trainer.config import ConfigError
+    from ragen.trainer.env_mix import per_env_configs
+
+    if cfg.agent.history_thinking != "strip":
+        return []
+    try:
+        turns = max(sub.env.max_turn for sub in per_env_configs(cfg))
+    except ConfigError:  # a bad rollout.train_envs / val_envs entry: validation reports it
+        return []
+    if turns > 1:
+        return []
+    return ["agent.history_thinking='strip' has no effect: every env of the run plays one turn (env.max_turn=1), so "
+            "no prompt holds an earlier turn's thinking; remove the override (default 'keep')"]
+
+
 def check_inert(cfg: TrainConfig) -> list[str]:
     """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
     nothing reads in this configuration (see the module docstring)."""
-    return _algorithm(cfg) + _workers(cfg) + _sections(cfg)
+    return _algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg) + _agent(cfg)

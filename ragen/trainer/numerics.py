@@ -42,7 +42,7 @@ def update_inputs(batch, train_batch) -> dict[str, torch.Tensor | None]:
         "token_rewards": batch.token_rewards, "turn_rewards": batch.turn_rewards,
         "sample_log_probs": batch.sample_log_probs, "values": train_batch.values,
         "old_log_probs": train_batch.old_log_probs, "ref_log_probs": train_batch.ref_log_probs,
-        "advantages": train_batch.advantages, "returns": train_batch.returns,
+        "advantages": train_batch.advantages, "returns": train_batch.returns, "is_weights": train_batch.is_weights,
     }
 
 

@@ -16,6 +16,7 @@ import torch
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.algorithms.losses import kl_penalties
+from ragen.algorithms.rollout_correction import RolloutCorrectionConfig, rollout_correction_weights
 from ragen.trainer import turn_layout
 from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
@@ -228,6 +229,20 @@ def logprob_gap_metrics(engine_log_probs: torch.Tensor, old_log_probs: torch.Ten
         return {"rollout/logprob_diff_mean": 0.0, "rollout/logprob_diff_max": 0.0}
     diff = (engine_log_probs.float() - old_log_probs.float()).abs()[m]
     return {"rollout/logprob_diff_mean": float(diff.mean()), "rollout/logprob_diff_max": float(diff.max())}
+
+
+def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch,
+                       old_log_probs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, float]]:
+    """The rollout-correction weights of ``batch`` (``ragen.algorithms.rollout_correction``) and their metrics.
+
+    ``rc``: the ``algorithm.rollout_correction`` section; old_log_probs: (B, T) the actor's log-probs before the
+    update, over ``batch``'s rows. The engine's log-probs are ``batch.sample_log_probs``, the tokens its model
+    tokens (``response_mask``), a sequence an episode (``extra["episode_index"]``: a turn-layout episode's turn rows
+    share one ratio). Returns (weights (B, T) or None when ``rc.mode`` is ``none``, metrics).
+    """
+    return rollout_correction_weights(
+        old_log_probs, batch.sample_log_probs, batch.response_mask, mode=rc.mode, clip=rc.clip, low=rc.low,
+        high=rc.high, seq_agg=rc.seq_agg, seq_ids=batch.extra.get("episode_index"))
 
 
 def perf_metrics(batch: RolloutBatch, step_seconds: float, timings: dict[str, float]) -> dict[str, float]:

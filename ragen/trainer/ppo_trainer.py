@@ -2,7 +2,8 @@
 
 Per step::
 
-    rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs -> values
+    rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs (and the
+    rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``) -> values
     -> bootstrap values (episodes cut by the length budget) -> advantages (ragen.algorithms) -> critic update
     -> actor update -> engine wake (weights) -> weight sync -> engine wake (KV cache) -> metrics, validation,
     checkpoint, run report (``ragen.report``, refreshed after each validation)
@@ -186,6 +187,9 @@ class PPOTrainer:
             else:
                 old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
+        is_weights, correction_metrics = phases.rollout_correction(cfg.algorithm.rollout_correction, batch,
+                                                                   old_lp[:n_real])
+        metrics.update(correction_metrics)
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
             with self._timed("ref_log_probs", t):
@@ -209,7 +213,8 @@ class PPOTrainer:
                                                 self.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
-                            returns=F.pad(ret, pad), values=values)
+                            returns=F.pad(ret, pad), values=values,
+                            is_weights=None if is_weights is None else F.pad(is_weights, pad))
         bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
         if bad:
             metrics.update(numerics.skip_metrics(bad))

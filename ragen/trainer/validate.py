@@ -101,8 +101,26 @@ def _split_or_false(name: str) -> bool:
         return False
 
 
+def check_rollout_correction(cfg: TrainConfig) -> list[str]:
+    """``algorithm.rollout_correction``: a known mode and aggregation, a truncation of at least 1 (a smaller one
+    would down-weight tokens on which the engine and the trainer agree) and a band around 1."""
+    from ragen.algorithms.rollout_correction import MODES, SEQ_AGGS
+
+    rc, key, out = cfg.algorithm.rollout_correction, "algorithm.rollout_correction", []
+    if rc.mode not in MODES:
+        out.append(f"{key}.mode={rc.mode!r} is unknown; use one of {', '.join(MODES)}")
+    if rc.seq_agg not in SEQ_AGGS:
+        out.append(f"{key}.seq_agg={rc.seq_agg!r} is unknown; use one of {', '.join(SEQ_AGGS)}")
+    if not rc.clip >= 1.0:
+        out.append(f"{key}.clip={rc.clip} must be >= 1 (weights are min(ratio, clip); e.g. {key}.clip=2.0)")
+    if not (0.0 <= rc.low < 1.0 < rc.high):
+        out.append(f"{key}.low={rc.low} / {key}.high={rc.high} must satisfy 0 <= low < 1 < high (tokens whose ratio "
+                   f"leaves [low, high] are dropped; e.g. low=0.5, high=2.0)")
+    return out
+
+
 def check_algorithm(cfg: TrainConfig) -> list[str]:
-    alg, out = cfg.algorithm, []
+    alg, out = cfg.algorithm, check_rollout_correction(cfg)
     names = _estimators()
     if alg.estimator not in names:
         out.append(f"algorithm.estimator={alg.estimator!r} is unknown; registered estimators: {', '.join(names)} "
@@ -177,6 +195,10 @@ def check_agent(cfg: TrainConfig) -> list[str]:
         out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
                    "trajectory row would not be what the model saw at every turn; use agent.layout=turn (or "
                    "max_context_window=null)")
+    if ag.history_thinking == "strip" and ag.layout != "turn":
+        out.append(f"agent.history_thinking='strip' needs agent.layout=turn (got {ag.layout!r}): a trajectory row "
+                   "holds every turn's thinking, which later prompts leave out, so it is not what the model saw; set "
+                   "agent.layout=turn")
     if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
         out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
                    "old log-probs would not be those of the sampling distribution; set actor.temperature to the "

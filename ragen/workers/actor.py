@@ -48,14 +48,16 @@ def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.T
     loss = ``policy_loss`` (PPO clip with ``cfg.clip_low`` / ``clip_high`` / ``dual_clip``, Schulman et al. 2017
     eq. 7; DAPO's clip-higher) - ``cfg.entropy_coef`` * entropy + ``cfg.kl_loss_coef`` * KL_kind(pi || pi_ref)
     when ``cfg.use_kl_loss``; every term aggregated with ``cfg.loss_agg`` over ``b.policy_mask`` and normalised by
-    the mini-batch's ``num_tokens`` / ``num_seqs`` (so micro-batch losses sum to the mini-batch loss).
+    the mini-batch's ``num_tokens`` / ``num_seqs`` (so micro-batch losses sum to the mini-batch loss). With
+    ``b.is_weights`` (rollout correction, computed by the driver) each token's policy-gradient loss is multiplied by
+    its weight; the entropy and KL terms are not.
     log_probs / entropy: (b, t) at ``cfg.temperature`` for ``b``'s tokens (0 off the mask); ``b`` holds
     ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` with the KL loss), all (b, t).
     """
     mask = b.policy_mask
     agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
     pg, m = policy_loss(log_probs, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low,
-                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, **agg)
+                        clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, is_weights=b.is_weights, **agg)
     loss = pg
     if cfg.entropy_coef != 0.0:
         loss = loss - cfg.entropy_coef * entropy_loss(entropy, mask, **agg)

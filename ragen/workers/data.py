@@ -39,6 +39,7 @@ class TrainBatch:
     returns: torch.Tensor | None = None
     values: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None
     seq_ids: torch.Tensor | None = None
     seq_tokens: torch.Tensor | None = None
 

@@ -5,9 +5,10 @@ Nine episodes in three groups of three (each group shares its prompt), 1 to 3 tu
 last turn cut by a length budget: the GAE family bootstraps it), a failed one (masked, left out of group
 statistics), step and outcome rewards (MS-GRPO / MS-PO / ``use_step_reward``) and observation keys shared within a
 group (GiGPO's step groups), tool-result flags on some non-final turns (none in some episodes: MS-GRPO / MS-PO's
-split). Rewards are chosen so the groups' reward spreads differ (rollout filtering keeps the
-widest). Every per-token tensor is a function of (episode, absolute position), so the turn layout, built from the
-trajectory rows by :func:`to_turn_layout`, sees the very same numbers on each model token.
+split), engine log-probs off the trainer's (rollout correction). Rewards are chosen so the groups' reward spreads
+differ (rollout filtering keeps the widest). Every per-token tensor is a function of (episode, absolute position),
+so the turn layout, built from the trajectory rows by :func:`to_turn_layout`, sees the very same numbers on each model
+token.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def trajectory_batch() -> RolloutBatch:
     ref = lp_old - _token_tensor(3, (B, T), 0.6)
     ref[0, PROMPT_LEN] = lp_old[0, PROMPT_LEN] - 25.0  # far from the policy: low_var_kl's clamps bind here
     on = resp.float()
+    # the engine's log-probs: log(pi_old / mu) ~ 0.3 noise per token, episode 0 about +1 (token ratios ~e, outside the
+    # rollout-correction band [0.5, 2]), episode 4 about -0.4 (geometric mean inside the band, product outside)
+    offset = torch.tensor([1.0 if b == 0 else -0.4 if b == 4 else 0.0 for b in range(B)])[:, None]
+    engine = lp_old - (_token_tensor(9, (B, T), 0.3) + offset)
     extra = {
         "values": _token_tensor(4, (B, T), 0.7) * attn,
         "old_log_probs": lp_old * on,
@@ -99,7 +104,7 @@ def trajectory_batch() -> RolloutBatch:
             for b, ep in enumerate(EPISODES)]
     return RolloutBatch(
         input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=tids, token_rewards=rewards,
-        sample_log_probs=extra["old_log_probs"].clone(), group_ids=torch.tensor([ep[0] for ep in EPISODES]),
+        sample_log_probs=engine * on, group_ids=torch.tensor([ep[0] for ep in EPISODES]),
         turn_rewards=turn_rewards, num_turns=torch.tensor([len(ep[1]) for ep in EPISODES]),
         truncated=torch.tensor([ep[3] for ep in EPISODES]), step_rewards=step_rewards,
         outcome_rewards=torch.tensor([ep[2] for ep in EPISODES]), tool_results=tools, turn_obs_keys=keys, extra=extra,
@@ -123,12 +128,14 @@ def to_turn_layout(traj: RolloutBatch) -> RolloutBatch:
     tids = torch.full((n, T), -1)
     rewards = torch.zeros(n, T)
     per_token = {name: torch.zeros(n, T) for name in TOKEN_EXTRAS}
+    sample = torch.zeros(n, T)
     for r, (b, k, end) in enumerate(rows):
         out["input_ids"][r, :end] = traj.input_ids[b, :end]
         out["attention_mask"][r, :end] = 1
         mine = traj.turn_ids[b, :end] == k
         tids[r, :end] = torch.where(mine, k, -1)
         rewards[r, :end] = torch.where(mine, traj.token_rewards[b, :end], 0.0)
+        sample[r, :end] = torch.where(mine, traj.sample_log_probs[b, :end], 0.0)
         for name in TOKEN_EXTRAS:
             x = traj.extra[name][b, :end]
             per_token[name][r, :end] = x if name == "values" else torch.where(mine, x, 0.0)
@@ -138,7 +145,7 @@ def to_turn_layout(traj: RolloutBatch) -> RolloutBatch:
              "turn_index": torch.tensor([k for _, k, _ in rows])}
     return RolloutBatch(
         input_ids=out["input_ids"], attention_mask=out["attention_mask"], response_mask=(tids >= 0).long(),
-        turn_ids=tids, token_rewards=rewards, sample_log_probs=per_token["old_log_probs"].clone(),
+        turn_ids=tids, token_rewards=rewards, sample_log_probs=sample,
         group_ids=traj.group_ids[ep], turn_rewards=traj.turn_rewards[ep], num_turns=traj.num_turns[ep],
         truncated=traj.truncated[ep], step_rewards=traj.step_rewards[ep], outcome_rewards=traj.outcome_rewards[ep],
         tool_results=traj.tool_results[ep], turn_obs_keys=[traj.turn_obs_keys[b] for b in ep.tolist()], extra=extra,

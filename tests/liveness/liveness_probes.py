@@ -3,8 +3,9 @@ runs with it (imported as ``from liveness_probes import ...``).
 
 * ``credit``: rollout filtering, then ``phases.step_credit`` (the PPO step's reward shaping and estimator, both
   layouts) on the fixed batch of ``liveness_inputs``: ``advantages``, ``returns``.
-* ``loss``: ``credit``, then ``ragen.workers.actor.policy_objective`` (the actor's micro-batch loss) at fixed
-  log-probs: the ``loss`` and ``grad`` (its gradient w.r.t. the token log-probs).
+* ``loss``: ``credit`` and the rollout-correction weights (``phases.rollout_correction``), then
+  ``ragen.workers.actor.policy_objective`` (the actor's micro-batch loss) at fixed log-probs: the ``loss`` and
+  ``grad`` (its gradient w.r.t. the token log-probs).
 * ``actor_optimizer`` / ``critic_optimizer``: the workers' ``Trainable`` (AdamW, lr schedule, grad clip, mini /
   micro batches, epochs) with the role's worker config (``derived.actor_worker_config``), two updates of a fixed
   linear model on a fixed regression batch of the train batch's size: its ``params`` after each update.
@@ -104,6 +105,7 @@ def credit(cfg: TrainConfig) -> dict[str, torch.Tensor]:
 
 
 def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    from ragen.trainer import phases
     from ragen.trainer.derived import actor_worker_config
     from ragen.workers.actor import policy_objective
     from ragen.workers.data import TrainBatch
@@ -111,9 +113,10 @@ def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     c = credit(cfg)
     batch = c.pop("_batch")
     x = batch.extra
+    weights, _ = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
     tb = TrainBatch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                     response_mask=batch.response_mask, old_log_probs=x["old_log_probs"],
-                    ref_log_probs=x["ref_log_probs"], advantages=c["advantages"])
+                    ref_log_probs=x["ref_log_probs"], advantages=c["advantages"], is_weights=weights)
     lp = x["log_probs"].clone().requires_grad_(True)
     mask = tb.policy_mask
     value, _, _ = policy_objective(actor_worker_config(cfg), lp, x["entropy"], tb, float(mask.sum()),
@@ -173,10 +176,11 @@ def tokenizer() -> Any:
 
 
 # Scripted answers (prompt index % 4), in the agent's tags: thinking + answer + trailing text (stop_at_answer cuts it),
-# two actions, no tags at all (format penalty), and a long answer (the token budget cuts it).
+# two actions (after a newline: the think block ends on a token boundary, so agent.history_thinking=strip cuts it), no
+# tags at all (format penalty), and a long answer (the token budget cuts it).
 SCRIPT = (
     "<{t}>the first arm</{t}><{ans}>{a}</{ans}> and some words after the answer",
-    "<{t}>two moves</{t}><{ans}>{a} || {b}</{ans}>",
+    "<{t}>two moves</{t}>\n<{ans}>{a} || {b}</{ans}>",
     "I am not sure what to do here.",
     "<{t}>" + "let me think about this for a while " * 6 + "</{t}><{ans}>{b}</{ans}>",
 )

@@ -187,6 +187,9 @@ t.add("agent.response_prefix", changes(PROMPT, "<think>"))
 t.add("agent.stop_at_answer", changes(SAMPLED, False))
 t.allow("agent.env_step_timeout", "timeout: only an env call that hangs notices it (tests/agent/test_env_faults.py)")
 t.add("agent.reminder", changes(PROMPT, "first_turn", when=MULTI_TURN))
+t.add("agent.history_thinking", changes(PROMPT, "strip", when=(*MULTI_TURN, "agent.layout=turn")),
+      rejected("strip", when=MULTI_TURN), rejected("strip", when="agent.layout=turn"),
+      note="strip needs agent.layout=turn and an env of more than one turn")
 
 # ---- env
 t.add("env.name", rejected("frozen_lake", match="for env 'frozen_lake'"),
@@ -228,6 +231,20 @@ t.add("algorithm.kl_kind", sweep(CREDIT, "k2", "k3"), sweep(CREDIT, "k2", "k3", 
                                                            estimators=PENALTY_READERS))
 t.add("algorithm.rollout_filter_ratio", sweep(CREDIT, 0.5))
 t.add("algorithm.use_step_reward", sweep(CREDIT, False, whens=(("env=search_qa",),)), rejected(False))
+
+# ---- algorithm.rollout_correction (the driver's weights on the actor's policy loss, every estimator and layout)
+RC = "algorithm.rollout_correction"
+t.add(f"{RC}.mode", sweep(LOSS, "token_tis", "token_mask", "seq_tis", "seq_mask"),
+      rejected("token_tis", when=ARCHER_CTX))
+# each reading mode walked once, a sequence mode in the turn layout (an episode's turn rows share its ratio)
+for key, value, readers, other in (("clip", 1.5, ("token_tis", "seq_tis"), "token_mask"),
+                                   ("low", 0.9, ("token_mask", "seq_mask"), "token_tis"),
+                                   ("high", 1.1, ("token_mask", "seq_mask"), "seq_tis"),
+                                   ("seq_agg", "product", ("seq_mask", "seq_tis"), "token_tis")):
+    t.add(f"{RC}.{key}", changes(LOSS, value, when=f"{RC}.mode={readers[0]}"),
+          changes(LOSS, value, when=(f"{RC}.mode={readers[1]}", "agent.layout=turn")),
+          rejected(value), rejected(value, when=f"{RC}.mode={other}"),
+          note=f"read by {RC}.mode={' | '.join(readers)}")
 
 # ---- sft (the supervised warm start: read with trainer.sft_warmup_steps >= 1)
 WARMING = ("trainer.sft_warmup_steps=1",)

@@ -1,7 +1,7 @@
 """No silent no-ops: every config key changes a named quantity, is rejected by validation, or is a speed / memory
 knob that leaves every number identical; the rest are allow-listed with a reason (``liveness_table.py``).
 
-* ``test_every_key_has_a_row``: the schema's keys (``SECTIONS``, ``rollout.vllm``) and every env's constructor
+* ``test_every_key_has_a_row``: the schema's keys (``SECTIONS`` and their nested sections) and every env's constructor
   keywords each have exactly one row; a new key without one fails here.
 * ``test_reference_is_current``: ``docs/config_reference.md`` is what ``scripts/config_reference.py`` renders.
 * ``test_case``: one case of one row (``liveness_runner.check``); the cases whose quantity needs the real trainers
@@ -19,19 +19,21 @@ import pytest
 from liveness_table import TABLE
 
 import ragen.env
-from ragen.trainer.config import SECTIONS, VLLMSection
+from ragen.trainer.config import NESTED, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_FILE = "tests/liveness/liveness_table.py"
 
 
 def schema_keys() -> list[str]:
-    """Every key of the trainer config: ``<section>.<field>`` and ``rollout.vllm.<field>``."""
+    """Every key of the trainer config: ``<section>.<field>``, and for the nested sections (``rollout.vllm``,
+    ``algorithm.rollout_correction``: ``NESTED``) ``<section>.<field>.<key>``."""
     keys = []
     for name, cls in SECTIONS.items():
         for f in dataclasses.fields(cls):
-            if name == "rollout" and f.name == "vllm":
-                keys += [f"rollout.vllm.{v.name}" for v in dataclasses.fields(VLLMSection)]
+            nested = NESTED.get(str(f.type))
+            if nested is not None:
+                keys += [f"{name}.{f.name}.{v.name}" for v in dataclasses.fields(nested)]
             else:
                 keys.append(f"{name}.{f.name}")
     return keys
@@ -40,7 +42,10 @@ def schema_keys() -> list[str]:
 def env_keys() -> list[str]:
     """``<env>:env.config.<keyword>`` for every constructor keyword of the shipped envs (``config/env/<name>.yaml``;
     envs that tests register are not part of the config)."""
-    names = sorted(p.stem for p in (ROOT / "config" / "env").glob("*.yaml"))
+    import yaml
+
+    # variant files (frozen_lake_3x3.yaml...) configure a shipped env under another file name
+    names = sorted({yaml.safe_load(p.read_text())["name"] for p in (ROOT / "config" / "env").glob("*.yaml")})
     return [f"{name}:env.config.{key}" for name in names for key in ragen.env.config_keys(name)]
 
 

@@ -4,6 +4,7 @@ prefills only its new tokens, and what it samples is what a full prefill gives."
 import pytest
 import torch
 
+from ragen.env import StepResult, register
 from ragen.models import tiny_model
 from ragen.rollout import SamplingParams
 from ragen.rollout.hf import HFEngine, sampling_log_probs
@@ -81,3 +82,45 @@ def test_trainer_turns_the_cache_on_for_multi_turn_envs_only(tmp_path, default_t
         cfg = load_train_config(config, [f"trainer.output_dir={tmp_path}", "rollout.dtype=float32"])
         engine = build_engine(cfg, str(model_dir), default_tokenizer)
         assert (engine.prefix_store is not None) is on
+
+
+@register("prefix_cache_walk")
+class Walk:
+    """Two-turn episodes whatever the answer (the observation does not depend on it)."""
+
+    instructions = "Walk."
+
+    def reset(self, seed: int) -> str:
+        return "at 0"
+
+    def legal_actions(self) -> str:
+        return "left, right"
+
+    def step(self, action: str) -> StepResult:
+        return StepResult("at 1", 0.0, False, {"action_is_valid": True})
+
+
+@pytest.mark.parametrize("history_thinking", ["keep", "strip"])
+def test_stripped_prompts_never_reuse_an_unstripped_prefix(default_tokenizer, history_thinking):
+    """``agent.history_thinking=strip``: the next turn's prompt leaves out the think block the last call ran (here the
+    forced response prefix), so no stored sequence, which holds that block, is a prefix of it: nothing is reused, and
+    the second turn samples exactly what an engine without the cache samples. With ``keep`` every episode reuses its
+    first turn."""
+    from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
+
+    cfg = AgentConfig(max_turn=2, max_new_tokens=6, layout="turn", history_thinking=history_thinking,
+                      response_prefix="<think>plan</think>\n")
+    runs = []
+    for engine in engines(default_tokenizer):
+        proxy = AgentProxy(engine, default_tokenizer, cfg, [EnvGroupSpec("prefix_cache_walk", {}, 1, 3)], [], seed=3)
+        batch = proxy.rollout("train")
+        runs.append((engine, batch))
+    (cached, with_cache), (_, without) = runs
+    assert with_cache.batch_size == 6  # three episodes of two turns
+    if history_thinking == "strip":
+        assert with_cache.metrics["agent/think_stripped_tokens"] > 0
+        assert cached.prefix_store.hits == 0
+        assert torch.equal(with_cache.input_ids, without.input_ids)
+        assert torch.equal(with_cache.sample_log_probs, without.sample_log_probs)
+    else:
+        assert cached.prefix_store.hits == 3

@@ -8,10 +8,11 @@ import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
 
 from ragen.algorithms.losses import kl_penalties
+from ragen.algorithms.rollout_correction import rollout_correction_weights
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.main import run
-from ragen.workers import PolicyWorker
+from ragen.workers import LocalWorkerGroup, PolicyWorker
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.sft_warmup_steps=0"]
 
@@ -107,6 +108,44 @@ def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
             assert (old - ref)[mask].abs().max() < 1e-5
         else:
             assert (old - ref)[mask].abs().max() > 1e-3  # the check above is not vacuous at step 2
+
+
+def test_rollout_correction_weights_reach_the_actor(tmp_path, monkeypatch):
+    """algorithm.rollout_correction: the driver computes the weights from the engine's log-probs and the actor's old
+    log-probs (a turn-layout episode's rows share one sequence ratio) and hands them to the actor's update as
+    ``is_weights`` (padding rows 0). On CPU in fp32 the engine and the trainer agree to ~1e-5."""
+    seen = {"old": [], "batches": [], "updates": []}
+    real_tb, real_call = phases.to_train_batch, LocalWorkerGroup.call
+
+    def spy_tb(batch):
+        seen["batches"].append(batch)
+        return real_tb(batch)
+
+    def spy_call(self, method, batch=None, **kw):  # the driver's batches and results, in the driver's row order
+        out = real_call(self, method, batch, **kw)
+        if method == "update":
+            seen["updates"].append(batch)
+        elif method == "compute_log_probs":
+            seen["old"].append(out.clone())
+        return out
+
+    monkeypatch.setattr(phases, "to_train_batch", spy_tb)
+    monkeypatch.setattr(LocalWorkerGroup, "call", spy_call)
+    overrides = [*tiny_overrides(tmp_path, 1), *FAST, "algorithm=grpo", "env=frozen_lake", "env.max_turn=2",
+                 "agent.layout=turn", "actor.mini_batch_size=3", "actor.micro_batch_size=1", "trainer.report=false",
+                 "algorithm.rollout_correction.mode=seq_tis", "algorithm.rollout_correction.seq_agg=product"]
+    metrics = run(load_train_config("base", overrides))
+    batch, old, update = seen["batches"][0], seen["old"][0], seen["updates"][0]
+    n = batch.batch_size
+    expected, _ = rollout_correction_weights(old[:n], batch.sample_log_probs, batch.response_mask, mode="seq_tis",
+                                             seq_agg="product", seq_ids=batch.extra["episode_index"])
+    assert update.batch_size % 3 == 0 and update.batch_size >= n
+    torch.testing.assert_close(update.is_weights[:n], expected, atol=0, rtol=0)
+    assert not update.is_weights[n:].any()
+    mask = batch.response_mask.bool()
+    assert bool((update.is_weights[:n][mask] > 0).all())
+    assert abs(metrics["rollout_correction/ratio_mean"] - 1.0) < 1e-3 and metrics["rollout/logprob_diff_max"] < 1e-3
+    assert metrics["rollout_correction/weight_mean"] == pytest.approx(float(expected[mask].mean()), rel=1e-6)
 
 
 def test_thread_counts_per_process(tmp_path, monkeypatch):

@@ -31,6 +31,15 @@ CASES = [
     (["critic.shared_value_grad=both"], "critic.shared_value_grad='both' is unknown; use backbone"),
     (["agent.reminder=never"], "agent.reminder must be one of ('every_turn', 'first_turn'), got 'never'"),
     (["actor.lora_rank=8", "actor.use_kl_loss=true"], None),  # the reference is the actor with adapters off
+    (["algorithm.rollout_correction.mode=tis"], "algorithm.rollout_correction.mode='tis' is unknown; use one of none"),
+    (["algorithm.rollout_correction.mode=token_tis", "algorithm.rollout_correction.clip=0.5"],
+     "algorithm.rollout_correction.clip=0.5 must be >= 1"),
+    (["algorithm.rollout_correction.mode=seq_mask", "algorithm.rollout_correction.low=1.2"],
+     "algorithm.rollout_correction.low=1.2 / algorithm.rollout_correction.high=2.0 must satisfy 0 <= low < 1 < high"),
+    (["algorithm.rollout_correction.mode=seq_tis", "algorithm.rollout_correction.seq_agg=mean"],
+     "algorithm.rollout_correction.seq_agg='mean' is unknown"),
+    (["algorithm.rollout_correction.mode=seq_mask", "algorithm.rollout_correction.seq_agg=product",
+      "algorithm.rollout_correction.low=0.0", "algorithm.rollout_correction.high=1.5"], None),
     (["actor.mini_batch_size=6"], "actor.mini_batch_size=6 must divide the train batch of 16 sequences"),
     (["algorithm.rollout_filter_ratio=0.5"], None),  # 2 groups x 4 = 8: divisible by 8, passes
     (["algorithm.rollout_filter_ratio=0.25"], "actor.mini_batch_size=8 must divide the train batch of 4"),
@@ -200,6 +209,17 @@ INERT_CASES = [
     (["model.tiny_seed=3"], "model.tiny_seed=3 has no effect: model.tiny=false"),
     (["model.tiny=true", "model.tiny_seed=3"], None),
     (["rollout.vllm.max_num_seqs=64"], "rollout.vllm.max_num_seqs=64 has no effect: rollout.engine='hf'"),
+    (["algorithm.rollout_correction.clip=3.0"], "algorithm.rollout_correction.clip=3.0 has no effect: "
+                                                "algorithm.rollout_correction.mode='none' does not read it"),
+    (["algorithm.rollout_correction.mode=token_tis", "algorithm.rollout_correction.high=3.0"],
+     "algorithm.rollout_correction.high=3.0 has no effect: algorithm.rollout_correction.mode='token_tis' does not "
+     "read it (it reads clip)"),
+    (["algorithm.rollout_correction.mode=token_mask", "algorithm.rollout_correction.seq_agg=product"],
+     "algorithm.rollout_correction.seq_agg='product' has no effect"),
+    (["algorithm.rollout_correction.mode=seq_tis", "algorithm.rollout_correction.low=0.2"],
+     "algorithm.rollout_correction.low=0.2 has no effect"),
+    (["algorithm.rollout_correction.mode=seq_tis", "algorithm.rollout_correction.clip=3.0",
+      "algorithm.rollout_correction.seq_agg=product"], None),
     (["ref.enable=true"], "ref.enable=true has no effect: no KL term reads the reference"),
     (["algorithm=grpo", "critic.enable=true"], "critic.enable=true has no effect on training"),
     (["env=static_qa", "env.config.answer_format=boxed"], "env.config of env 'static_qa' is refused by the env: "
@@ -252,6 +272,16 @@ def test_worker_total_steps_derived_from_trainer_steps():
 def test_unknown_vllm_key_is_named():
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['rollout.vllm.bogus'\]; valid keys of rollout.vllm"):
         to_train_config(compose("base", ["+rollout.vllm.bogus=1"]))
+
+
+def test_rollout_correction_section_is_nested_and_typed():
+    cfg = to_train_config(compose("base", ["algorithm.rollout_correction.mode=token_tis",
+                                           "algorithm.rollout_correction.clip=3"]))
+    assert cfg.algorithm.rollout_correction.mode == "token_tis" and cfg.algorithm.rollout_correction.clip == 3.0
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['algorithm.rollout_correction.level'\]"):
+        to_train_config(compose("base", ["+algorithm.rollout_correction.level=token"]))
+    with pytest.raises(ConfigError, match=r"algorithm.rollout_correction.clip='x' has the wrong type: expected float"):
+        to_train_config(compose("base", ["algorithm.rollout_correction.clip=x"]))
 
 
 def test_vllm_section_reaches_the_frozen_config():

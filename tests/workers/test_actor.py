@@ -74,6 +74,16 @@ def test_metrics_at_first_step_are_hand_computable(batch):
     assert 0 < m["actor/entropy"] <= math.log(1000) + 1e-4
 
 
+def test_rollout_correction_weights_scale_each_token_loss(batch):
+    # ratio 1 at the first step: pg_loss = -sum(w A) / n over the response; zero weights leave no policy gradient
+    w = torch.rand(8, 24, generator=torch.Generator().manual_seed(9)) * 2.0 * batch.response_mask
+    m = actor(lr=0.0).call("update", batch.with_fields(is_weights=w))
+    mask = batch.response_mask.bool()
+    assert m["actor/pg_loss"] == pytest.approx(float(-(w * batch.advantages)[mask].sum() / mask.sum()), rel=1e-5)
+    zero = actor(lr=0.0).call("update", batch.with_fields(is_weights=torch.zeros_like(w)))
+    assert zero["actor/pg_loss"] == 0.0 and zero["actor/grad_norm"] == 0.0
+
+
 def test_kl_loss_path(batch):
     with pytest.raises(ValueError, match="ref_log_probs"):
         actor(use_kl_loss=True).call("update", batch)

@@ -129,9 +129,9 @@ def _phrases(row, model, runner, default, hidden: tuple[str, ...], named: dict) 
     for c in row.cases:
         if c.expect != "live":
             label = c.quantity.label if c.quantity else ""
-            groups[(c.expect, label, c.context, c.xfail, c.tol, c.only)].append(c.value)
+            groups[(c.expect, label, c.context, c.xfail, c.tol, c.outliers, c.only)].append(c.value)
     out = []
-    for (expect, label, context, xfail, tol, only), values in groups.items():
+    for (expect, label, context, xfail, tol, outliers, only), values in groups.items():
         own = runner.P.lookup(runner.CONFIGS.build(context), row.key)
         start = f" (from {show(own)})" if runner.normalized(own) != runner.normalized(default) else ""
         where = _shown(context, hidden, named) + start + (f", {only}" if only else "")
@@ -143,8 +143,9 @@ def _phrases(row, model, runner, default, hidden: tuple[str, ...], named: dict) 
         elif expect == "rejected":
             out.append(f"rejected: {_values(values)}{where}")
         elif expect == "invariant":
-            out.append(f"invariant ({'bitwise' if tol == 0 else f'within {tol:g}'}; {label}): {_values(values)}"
-                       f"{where}")
+            bound = "bitwise" if tol == 0 else f"within {tol:g}"
+            bound += f", all but {outliers:g} of the entries" if outliers else ""
+            out.append(f"invariant ({bound}; {label}): {_values(values)}{where}")
         else:
             out.append(f"same numbers (what the context's value resolves to): {_values(values)}{where}")
     if live:

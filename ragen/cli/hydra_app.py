@@ -89,8 +89,8 @@ def _before_compose(args: list[str], config_name: str) -> None:
     from ragen.plugins import PluginError
     from ragen.trainer.compose import prepare_from_argv
 
-    try:
-        prepare_from_argv(config_name, args)
+    try:  # the ragen flags (help, --check) are not Hydra's: its parser would print a usage error for them
+        prepare_from_argv(config_name, [a for a in args if a not in ("-h", "--help", "--check")])
     except PluginError as exc:
         print(f"[ragen] {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -210,5 +210,5 @@ def missing_extras(name: str) -> list[str]:
     import importlib.util
 
     extras = getattr(_lookup(name), "EXTRAS", {}) or {}
-    return [f"env {name!r} needs the {extra} extra (the {module} package): pip install 'ragen[{extra}]'"
+    return [f"env {name} needs the {module} package: install extra {extra}, pip install 'ragen[{extra}]'"
             for module, extra in sorted(extras.items()) if importlib.util.find_spec(module) is None]

@@ -162,6 +162,7 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
         "critic.mini_batch_size=64", "critic.micro_batch_size=4", "trainer.total_steps=20",
         f"trainer.output_dir={out_dir}", "--check"], capsys)
     assert status == 0, err
+    assert "usage:" not in err  # --check is ragen's flag: no parser along the way calls it unrecognized
     assert "Qwen2ForCausalLM, 28 layers, hidden 3584, 28 heads (4 key/value), vocab 152064, ~7.62B parameters" in out
     assert "[ragen] devices   cuda, 8 GPU(s) = trainer.n_gpus_per_node=8 x trainer.nnodes=1" in out
     assert "vllm engine colocated on the training GPUs" in out

@@ -7,7 +7,8 @@ overrides over ``liveness_probes.PROBE_BASE``):
 * ``changes``: validation accepts the value and the named quantity (probe entries) differs from the context's own;
 * ``rejected``: validation (``ragen.trainer.validate.validate``, or the schema) raises a ConfigError naming the key;
 * ``invariant``: a speed / memory knob; every number the probe returns stays identical (``tol`` 0) or within
-  ``tol`` (relative and absolute) where the knob reorders floating-point sums;
+  ``tol`` (relative and absolute) where the knob reorders floating-point sums, except at most a fraction
+  ``outliers`` of each tensor's entries (parameters after an Adam step: see ``liveness_table.ADAM``);
 * ``same``: the value is what the context's own value resolves to (e.g. ``critic.enable=true`` where null already
   means on); every number stays identical;
 * ``live``: the estimator walk of ``algorithm`` / ``actor`` keys: accepted and changes the quantity, or rejected as
@@ -58,6 +59,7 @@ class Case:
     expect: str  # changes | rejected | invariant | same | live
     quantity: Quantity | None = None
     tol: float = 0.0
+    outliers: float = 0.0  # invariant: the fraction of a tensor's entries allowed beyond ``tol``
     xfail: str = ""
     skip: Callable[[], str | None] | None = None  # a reason to skip on this machine, or None
     match: str = ""  # rejected: text the ConfigError must hold (default: the key's last part)
@@ -115,8 +117,11 @@ def rejected(*values: Any, when: tuple[str, ...] | str = (), skip: Callable[[], 
     return [Case(_ctx(when), v, "rejected", skip=skip, match=match) for v in values]
 
 
-def invariant(q: Quantity, *values: Any, tol: float = 0.0, when: tuple[str, ...] | str = ()) -> list[Case]:
-    return [Case(_ctx(when), v, "invariant", q, tol=tol) for v in values]
+def invariant(q: Quantity, *values: Any, tol: float | tuple[float, float] = 0.0,
+              when: tuple[str, ...] | str = ()) -> list[Case]:
+    """``tol``: a tolerance, or (tolerance, fraction of entries allowed beyond it)."""
+    tol, outliers = tol if isinstance(tol, tuple) else (tol, 0.0)
+    return [Case(_ctx(when), v, "invariant", q, tol=tol, outliers=outliers) for v in values]
 
 
 def same(q: Quantity, *values: Any, when: tuple[str, ...] | str = (),

@@ -75,5 +75,6 @@ def check(row: Row, case: Case) -> None:
     if case.expect in ("changes", "live"):
         assert P.differing(before, after, q.entries), f"{what} changes none of {q.label} ({q.entries}): a silent no-op"
     else:  # invariant / same: every number the probe returns
-        diff = P.differing(before, after, None, rtol=case.tol, atol=case.tol)
-        assert not diff, f"{what} should leave every number of {q.probe} identical (tol {case.tol}) but changes {diff}"
+        diff = P.differing(before, after, None, rtol=case.tol, atol=case.tol, outliers=case.outliers)
+        assert not diff, (f"{what} should leave every number of {q.probe} identical (tol {case.tol}, outliers "
+                          f"{case.outliers}) but changes {diff}")

@@ -16,7 +16,7 @@ allocator settings, ``ragen.allocator``, save).
 ``--lora R`` also times the LoRA actor (``actor.lora_rank=R``: frozen base, adapters trained) in the same
 alternation and prints ``full / lora``. With ``--shared-prefix N``
 the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
-then runs the shared-prefix packing (``ragen.workers.packing``), the bare loop the plain batch. The two loops alternate
+then runs the shared-prefix packing (``ragen.models.packing``), the bare loop the plain batch. The two loops alternate
 and each reports its best of ``--repeats`` steps after a warm-up, since background load on a shared machine
 only ever adds time. ``--prompts K`` gives the rows K different prompts (the first half of a row; the first
 ``--shared-prefix`` tokens common to all), interleaved as a batch of K episode groups arrives, and also times ours

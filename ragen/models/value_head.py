@@ -17,6 +17,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
 
+from ragen.models.forward import hidden_states
+
 HEAD_FILE = "value_head.safetensors"
 
 
@@ -91,8 +93,6 @@ class ValueModel(nn.Module):
         are real tokens (0 elsewhere); ``last_values[b] = head(hidden[last real token of row b])`` (0 for an empty
         row).
         """
-        from ragen.workers.logprob import hidden_states
-
         return values_from_hidden(self.head, hidden_states(self.backbone, input_ids, attention_mask), attention_mask)
 
     def save(self, directory: str | Path, state: dict[str, torch.Tensor] | None = None) -> None:

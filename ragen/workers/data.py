@@ -90,7 +90,7 @@ class TrainBatch:
         tokens before its first response token (all its real tokens when it has none).
 
         Chunked in this order, a micro-batch holds whole groups of one prompt, and shared-prefix packing
-        (``ragen.workers.packing``) computes that whole prompt once: on the bandit's two prompt variants (~185
+        (``ragen.models.packing``) computes that whole prompt once: on the bandit's two prompt variants (~185
         shared tokens, ~5 own) instead of the ~120 tokens common to both."""
         groups: dict[tuple[int, ...], list[int]] = {}
         for row in range(self.batch_size):
@@ -106,7 +106,7 @@ class TrainBatch:
     def prompt_chunks(self, size: int) -> list[TrainBatch]:
         """Consecutive batches of at most ``size`` rows (rows in ``prompt_order()`` first) that never put rows of a
         prompt shared by several rows together with other rows: such a chunk packs its whole prompt once
-        (``ragen.workers.packing``), where a mixed one shares only the prefix common to all its rows (on the
+        (``ragen.models.packing``), where a mixed one shares only the prefix common to all its rows (on the
         bandit ~120 of ~185 prompt tokens: 4-5x the tokens of a one-prompt chunk). Rows whose prompt no other row
         has are chunked together as by :meth:`chunk`. The number of chunks depends on the rows, so sharded workers
         (FSDP, where every rank must run the same number of passes) use :meth:`chunk`."""

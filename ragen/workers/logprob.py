@@ -14,48 +14,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from ragen.workers.packing import attention_mask_for, plan_packing, unpack
-
-
-def causal_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
-    """(base model returning hidden states, lm_head) of a HF ``*ForCausalLM`` (tied embeddings work too)."""
-    base = getattr(model, "model", None) or getattr(model, "transformer", None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if base is None or head is None:
-        raise TypeError(f"{type(model).__name__} is not a causal LM with .model/.transformer and an lm_head; "
-                        "pass a transformers *ForCausalLM model")
-    return base, head
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions 0, 1, ... over real tokens (works for right and left padding). (B, T) long."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def is_right_padded(attention_mask: torch.Tensor) -> bool:
-    """True when every row is ones followed by zeros (then a plain causal mask is exact on real tokens)."""
-    m = attention_mask.long()
-    return bool((m[:, 1:] <= m[:, :-1]).all())
-
-
-def hidden_states(base: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Last hidden states (B, T, H) of the base model, with position ids from the mask.
-
-    When the rows share a long prefix (``ragen.workers.packing``) the batch runs as one packed row that computes
-    the prefix once. Otherwise right-padded batches drop the explicit mask: causal attention already hides the
-    trailing padding from every real token, and the unmasked path uses the fast fused causal SDPA kernel.
-    """
-    impl = getattr(getattr(base, "config", None), "_attn_implementation", None)
-    plan = plan_packing(input_ids, attention_mask, impl)
-    if plan is not None:
-        dtype = base.get_input_embeddings().weight.dtype
-        out = base(input_ids=plan.ids, attention_mask=attention_mask_for(plan, impl, dtype),
-                   position_ids=plan.positions, use_cache=False)
-        return unpack(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0], plan)
-    mask = None if is_right_padded(attention_mask) else attention_mask
-    out = base(input_ids=input_ids, attention_mask=mask, position_ids=position_ids_from_mask(attention_mask),
-               use_cache=False)
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+from ragen.models.forward import causal_lm_parts, hidden_states
+from ragen.models.value_head import values_from_hidden
 
 
 def _chunk_stats(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_temp: float,
@@ -154,8 +114,6 @@ class LogProbModel(nn.Module):
         if not with_values:
             return token_log_probs(self.lm, input_ids, attention_mask, temperature=temperature, chunk_size=chunk_size,
                                    with_entropy=with_entropy, target_mask=target_mask, checkpoint=checkpoint)
-        from ragen.models.value_head import values_from_hidden
-
         base, head = causal_lm_parts(self.lm)
         hidden = hidden_states(base, input_ids, attention_mask)
         lp, ent = log_probs_from_hidden(head, hidden, input_ids, _predicted(attention_mask, target_mask),

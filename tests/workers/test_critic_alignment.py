@@ -11,10 +11,10 @@ import torch
 from worker_helpers import make_lm, random_batch
 
 from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.models.forward import hidden_states
 from ragen.models.value_head import ValueModel
 from ragen.workers import CriticConfig, CriticWorker, LocalWorkerGroup
 from ragen.workers.data import TrainBatch
-from ragen.workers.logprob import hidden_states
 
 PROMPT, GOOD, BAD, EOT = [5, 6, 7, 8], 10, 11, 2
 

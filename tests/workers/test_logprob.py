@@ -6,7 +6,8 @@ import pytest
 import torch
 from worker_helpers import make_lm, random_batch
 
-from ragen.workers.logprob import LogProbModel, is_right_padded, position_ids_from_mask, token_log_probs
+from ragen.models.forward import is_right_padded, position_ids_from_mask
+from ragen.workers.logprob import LogProbModel, token_log_probs
 
 
 def naive(model, ids, attn, temperature=1.0):

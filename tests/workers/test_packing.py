@@ -1,14 +1,14 @@
-"""Shared-prefix packing (ragen.workers.packing): the plan by hand, and the packed forward/backward equal to the
+"""Shared-prefix packing (ragen.models.packing): the plan by hand, and the packed forward/backward equal to the
 unpacked one for log-probs, values and every parameter's gradient."""
 
 import pytest
 import torch
 
-import ragen.workers.logprob as logprob_mod
+import ragen.models.forward as forward_mod
 from ragen.models import tiny_model
+from ragen.models.packing import MIN_SHARED, plan_packing, shared_prefix_len
 from ragen.models.value_head import ValueModel
 from ragen.workers.logprob import token_log_probs
-from ragen.workers.packing import MIN_SHARED, plan_packing, shared_prefix_len
 
 
 def right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,7 +22,7 @@ def right_padded(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_plan_by_hand(monkeypatch):
-    monkeypatch.setattr("ragen.workers.packing.MIN_SHARED", 2)
+    monkeypatch.setattr("ragen.models.packing.MIN_SHARED", 2)
     ids, mask = right_padded([[5, 6, 7, 8], [5, 6, 9], [5, 6, 7, 1, 2]])
     plan = plan_packing(ids, mask, "sdpa")
     # shared prefix [5, 6] (row 1 differs at position 2), then row 0: [7, 8], row 1: [9], row 2: [7, 1, 2]
@@ -85,11 +85,11 @@ def test_packed_equals_unpacked_log_probs_values_and_gradients(default_tokenizer
         return lp.detach(), values.detach(), grads(lm), grads(critic)
 
     calls = []
-    real_plan = logprob_mod.plan_packing
-    monkeypatch.setattr(logprob_mod, "plan_packing", lambda *a: calls.append(real_plan(*a)) or calls[-1])
+    real_plan = forward_mod.plan_packing
+    monkeypatch.setattr(forward_mod, "plan_packing", lambda *a: calls.append(real_plan(*a)) or calls[-1])
     lp_p, v_p, g_lm_p, g_cr_p = run()
     assert len(calls) == 2 and all(c is not None for c in calls)  # both passes were packed
-    monkeypatch.setattr(logprob_mod, "plan_packing", lambda *a: None)
+    monkeypatch.setattr(forward_mod, "plan_packing", lambda *a: None)
     lp_u, v_u, g_lm_u, g_cr_u = run()
     torch.testing.assert_close(lp_p, lp_u, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(v_p, v_u, atol=1e-5, rtol=1e-4)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragen.cli.command import HydraCommand
 from ragen.cli.help import RUN_OUTPUTS
-from ragen.cli.hydra_app import HydraCommand
 from ragen.cli.hydra_app import main as run_command
 
 

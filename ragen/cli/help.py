@@ -5,10 +5,8 @@ ConfigStore), so the help always names what the command accepts."""
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ragen.cli.hydra_app import HydraCommand
+from ragen.cli.command import HydraCommand
 
 WIDTH = 118
 

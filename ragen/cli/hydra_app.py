@@ -1,8 +1,8 @@
 """The Hydra commands (``ragen train | archer | sft``, ``python -m ragen.train | ragen.archer | ragen.sft``).
 
-Each is a :class:`HydraCommand` run by :func:`main`, a thin wrapper around ``@hydra.main`` that keeps Hydra's whole
-command line (``key=value``, ``group=choice``, ``+key=value``, ``~key``, ``--config-name``, ``--cfg job
-[--resolve]``, ``-m``, ``--hydra-help``...) and first:
+Each is a :class:`ragen.cli.command.HydraCommand` run by :func:`main`, a thin wrapper around ``@hydra.main``
+that keeps Hydra's whole command line (``key=value``, ``group=choice``, ``+key=value``, ``~key``,
+``--config-name``, ``--cfg job [--resolve]``, ``-m``, ``--hydra-help``...) and first:
 
 1. answers ``-h`` / ``--help`` with the command's own help (``ragen.cli.help``), not Hydra's config dump;
 2. turns ``--check`` into ``trainer.dry_run=true`` (``ragen.trainer.plan``: check everything, print the plan);
@@ -16,28 +16,12 @@ the pre-start checks, then the run, or the plan for a dry run).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from ragen.cli.command import HydraCommand
 
 # Hydra options after which the override check is left to Hydra: other config folders, reruns, completion, help.
 UNCHECKED = ("config_path", "config_dir", "experimental_rerun", "shell_completion", "hydra_help", "info")
-
-
-@dataclass(frozen=True)
-class HydraCommand:
-    """One Hydra command. ``name``: the ``ragen`` subcommand; ``module``: its ``python -m`` module;
-    ``config_name``: the default primary config; ``summary``: what it does (help text); ``examples``: (arguments,
-    comment) pairs shown after the program name; ``outputs``: where it writes (help text); ``task``: called with
-    Hydra's composed config."""
-
-    name: str
-    module: str
-    config_name: str
-    summary: str
-    examples: tuple[tuple[str, str], ...]
-    outputs: str
-    task: Callable[[Any], None]
 
 
 def main(cmd: HydraCommand, argv: list[str] | None = None, prog: str | None = None) -> int:

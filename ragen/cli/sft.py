@@ -1,19 +1,20 @@
-"""``ragen sft`` = ``python -m ragen.sft``: the supervised warm start alone (``ragen.sft.sft_config``)."""
+"""``ragen sft`` = ``python -m ragen.sft``: the supervised warm start alone
+(``ragen.trainer.warm_start.sft_config``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ragen.cli.command import HydraCommand
 from ragen.cli.help import RUN_OUTPUTS
-from ragen.cli.hydra_app import HydraCommand
 from ragen.cli.hydra_app import main as run_command
 
 
 def task(cfg: Any) -> None:
     """Hydra's composed config as a warm-start-only job -> validation, pre-start checks, the run (or the plan)."""
-    from ragen.sft import sft_config
     from ragen.trainer.main import cli_main
     from ragen.trainer.validate import validate
+    from ragen.trainer.warm_start import sft_config
 
     cli_main(cfg, validate, label="warm start done", transform=sft_config)
 

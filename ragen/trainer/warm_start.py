@@ -16,19 +16,35 @@ schedule), the engine gets the new weights, and a validation runs. Every record 
 ``val/after_warm_start = 1`` (the curve shows untrained -> after warm start at step 0, then RL).
 
 Any trainer with the few members of :class:`WarmStartHost` can run it: the PPO trainer
-(``ragen.trainer.ppo_trainer``) and the ArCHer family's (``ragen.archer.trainer``).
+(``ragen.trainer.ppo_trainer``) and the ArCHer family's (``ragen.archer.trainer``). The warm start alone, with
+no RL after it (``python -m ragen.sft`` = ``ragen sft``), is the same run on the config :func:`sft_config` makes:
+``trainer.total_steps=0``, and ``DEFAULT_STEPS`` warm-start steps when the config has none. Its checkpoint
+``<trainer.output_dir>/checkpoints/global_step_0`` holds an ``actor`` folder that is a transformers model: start
+RL from it with ``model.path=<that folder>``, or run both in one job with ``trainer.sft_warmup_steps=N``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol
 
 from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
 from ragen.trainer import phases, turn_layout
+from ragen.trainer.config import TrainConfig
 from ragen.utils import console
 from ragen.utils.timing import timed
+
+DEFAULT_STEPS = 20  # warm-start steps of ``ragen sft`` when the config has trainer.sft_warmup_steps=0
+
+
+def sft_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` as a warm-start-only job (``ragen sft``): no RL steps, ``DEFAULT_STEPS`` warm-start steps unless
+    set."""
+    steps = cfg.trainer.sft_warmup_steps or DEFAULT_STEPS
+    trainer = dataclasses.replace(cfg.trainer, total_steps=0, sft_warmup_steps=steps)
+    return dataclasses.replace(cfg, trainer=trainer)
 
 
 class WarmStartHost(Protocol):

@@ -128,3 +128,26 @@ def _select_rows(value: Any, idx: torch.Tensor, batch_size: int) -> Any:
     if isinstance(value, list) and len(value) == batch_size:
         return [value[i] for i in idx.tolist()]
     return value
+
+
+def episode_record(ep: EpisodeRecord) -> dict:
+    """One episode as a JSON-ready dict: env, seed, group, success and per turn prompt / response / actions / reward."""
+    return {
+        "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "success": bool(ep.success),
+        "failed": bool(ep.failed), "error": ep.error, "truncated": bool(ep.truncated),
+        "turns": [{"prompt": t.prompt_text, "response": t.response_text, "actions": list(t.actions),
+                   "reward": float(t.reward), "success": bool(t.success), "format_ok": bool(t.format_ok)}
+                  for t in ep.turns],
+    }
+
+
+def episode_records(batch: RolloutBatch) -> list[dict]:
+    """JSON-ready episodes (:func:`episode_record`) of ``batch.episodes``, each once (the turn layout lists an
+    episode once per turn row)."""
+    return [episode_record(ep) for ep in {id(ep): ep for ep in batch.episodes}.values()]
+
+
+def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:
+    """``{"step", "env", "seed", "group_id", "error"}`` of each failed (masked) episode of a rollout."""
+    return [{"step": step, "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "error": ep.error}
+            for ep in batch.episodes if ep.failed]

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from ragen.agent.batch import episode_records
 from ragen.algorithms.archer import filter_cutoff, filtered_bc_keep, trajectory_rewards
 from ragen.archer import chai, dialogues
 from ragen.archer.buffer import ReplayBuffer, Transition
@@ -323,7 +324,7 @@ class ArcherTrainer:
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val", responder=responder)
         phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl",
-                           phases.episode_records(batch))
+                           episode_records(batch))
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(torch.tensor(rewards or [0.0]).mean())

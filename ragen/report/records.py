@@ -1,6 +1,6 @@
 """Token-level episode records for the run report: what the trainer saves so a page can colour every model token.
 
-One record per episode (JSON-ready dict): the episode summary of ``ragen.trainer.phases.episode_record`` (env,
+One record per episode (JSON-ready dict): the episode summary of ``ragen.agent.batch.episode_record`` (env,
 seed, group, success, per-turn prompt / response / actions / reward) plus ``rows``, the episode's token sequences
 (one in the ``trajectory`` layout, one per turn in the ``turn`` layout, in turn order). Each row holds, per real
 token t (padding dropped):
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ragen.agent.batch import RolloutBatch
+from ragen.agent.batch import RolloutBatch, episode_record
 
 FLOAT_DIGITS = 6  # significant digits kept in the JSON (the report shows 3-4)
 
@@ -109,8 +109,6 @@ def episode_token_records(batch: RolloutBatch, tokenizer: Any, credit: Credit | 
                           episodes: list[int] | None = None) -> list[dict[str, Any]]:
     """JSON-ready records of the episodes ``episodes`` (indices into :func:`episode_rows`; None = all), each the
     episode summary plus its token ``rows`` (module docstring)."""
-    from ragen.trainer.phases import episode_record
-
     credit = credit or Credit()
     groups = episode_rows(batch)
     aligned = len(batch.episodes) == batch.batch_size

@@ -1,4 +1,4 @@
-"""Pure helpers of the PPO step: rollout filtering, advantage inputs, metrics, validation dumps.
+"""Pure helpers of the PPO step: rollout filtering, advantage inputs, metrics, JSONL dumps.
 
 Each function takes tensors / batches plus explicit scalars (never the whole config), so it is unit-testable.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ragen.agent.batch import EpisodeRecord, RolloutBatch
+from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.algorithms.losses import kl_penalties
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig, rollout_correction_weights
@@ -256,29 +256,6 @@ def perf_metrics(batch: RolloutBatch, step_seconds: float, timings: dict[str, fl
     if timings.get("actor_update"):
         out["perf/actor_update_tokens_per_s"] = total / timings["actor_update"]
     return out
-
-
-def episode_record(ep: EpisodeRecord) -> dict:
-    """One episode as a JSON-ready dict: env, seed, group, success and per turn prompt / response / actions / reward."""
-    return {
-        "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "success": bool(ep.success),
-        "failed": bool(ep.failed), "error": ep.error, "truncated": bool(ep.truncated),
-        "turns": [{"prompt": t.prompt_text, "response": t.response_text, "actions": list(t.actions),
-                   "reward": float(t.reward), "success": bool(t.success), "format_ok": bool(t.format_ok)}
-                  for t in ep.turns],
-    }
-
-
-def episode_records(batch: RolloutBatch) -> list[dict]:
-    """JSON-ready episodes (:func:`episode_record`) of ``batch.episodes``, each once (the turn layout lists an
-    episode once per turn row)."""
-    return [episode_record(ep) for ep in {id(ep): ep for ep in batch.episodes}.values()]
-
-
-def failed_episode_records(batch: RolloutBatch, step: int) -> list[dict]:
-    """``{"step", "env", "seed", "group_id", "error"}`` of each failed (masked) episode of a rollout."""
-    return [{"step": step, "env": ep.env_name, "seed": ep.seed, "group_id": ep.group_id, "error": ep.error}
-            for ep in batch.episodes if ep.failed]
 
 
 def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> Path:

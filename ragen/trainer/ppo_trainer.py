@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from ragen.agent.batch import episode_records, failed_episode_records
 from ragen.report import Credit, build_report, pending_steps
 from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
@@ -169,7 +170,7 @@ class PPOTrainer:
             self.engine.sleep()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
-        errors = phases.failed_episode_records(batch, self.step + 1)
+        errors = failed_episode_records(batch, self.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
             phases.write_jsonl(self.run_dir / "env_errors.jsonl", errors, append=True)
         with self._timed("filter", t):
@@ -304,7 +305,7 @@ class PPOTrainer:
         t: dict[str, float] = {}
         with rng_preserved(), self._timed("validation", t):
             batch = self.val_proxy.rollout("val")
-        records = phases.episode_records(batch)
+        records = episode_records(batch)
         if self.cfg.trainer.report and self.cfg.trainer.report_val_samples != 0:  # + token rows with log-probs,
             with rng_preserved(), self._timed("val_credit", t):  # values and advantages, for the step page
                 records = report_phase.val_records(self, batch)

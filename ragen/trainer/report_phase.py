@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ragen.agent.batch import RolloutBatch
+from ragen.agent.batch import RolloutBatch, episode_records
 from ragen.report.records import Credit, episode_rows, episode_token_records, sample_indices
 from ragen.trainer import phases, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
@@ -85,11 +85,11 @@ def _scatter_rows(x: torch.Tensor, rows: list[int], n: int) -> torch.Tensor:
 
 def val_records(trainer: Any, batch: RolloutBatch) -> list[dict]:
     """One record per validation episode: ``trainer.report_val_samples`` of them (spread evenly) with their token
-    rows and :func:`val_credit`, the rest as :func:`ragen.trainer.phases.episode_records` text."""
+    rows and :func:`val_credit`, the rest as :func:`ragen.agent.batch.episode_records` text."""
     groups = episode_rows(batch)
     k = trainer.cfg.trainer.report_val_samples
     picked = list(range(len(groups))) if k is None else sample_indices(len(groups), k)
-    records = phases.episode_records(batch)
+    records = episode_records(batch)
     if len(records) != len(groups):  # episodes not aligned with rows: every episode with its rows, as before
         return episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch))
     if not picked:

@@ -6,11 +6,10 @@ import random
 import pytest
 import torch
 
-from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
+from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord, episode_records
 from ragen.trainer.phases import (
     advantages,
     batch_metrics,
-    episode_records,
     filter_groups_by_std,
     perf_metrics,
     trajectory_rewards,

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 import verl
 from ragen_external.verl import check_verl_version
-from ragen_external.verl.convert import episode_to_agent_loop_output, to_agent_loop_output
+from ragen_external.verl.convert import VerlEpisode, episode_to_agent_loop_output
 from ragen_external.verl.episode import run_episode, spec_from_row
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from ragen.agent import AgentConfig
 
@@ -55,6 +55,28 @@ class RagenAgentLoopOutput(AgentLoopOutput):
         if rewards is not None and "rm_scores" in out:
             out["rm_scores"] = torch.tensor(list(rewards), dtype=torch.float32)
         return out
+
+
+def to_agent_loop_output(ep: VerlEpisode, *, with_logprobs: bool = True) -> Any:
+    """verl's ``AgentLoopOutput`` of ``ep`` (``convert.VerlEpisode``): a :class:`RagenAgentLoopOutput`, whose
+    ``as_dict`` puts the per-turn rewards into ``rm_scores``. Per-turn rewards ride in ``extra_fields``:
+    ``turn_scores`` (verl's key, one reward per turn), ``ragen_token_rewards`` (see ``place_turn_rewards``),
+    ``ragen_reward_positions``; ``reward_extra_info`` carries the episode metrics (``ragen_<name>``)."""
+    return RagenAgentLoopOutput(
+        prompt_ids=ep.prompt_ids,
+        response_ids=ep.response_ids,
+        response_mask=ep.response_mask,
+        response_logprobs=ep.response_logprobs if with_logprobs else None,
+        reward_score=ep.reward_score,
+        num_turns=ep.num_turns,
+        metrics=AgentLoopMetrics(),
+        extra_fields={
+            "turn_scores": list(ep.turn_rewards),
+            "ragen_token_rewards": list(ep.token_rewards),
+            "ragen_reward_positions": list(ep.reward_positions),
+            "reward_extra_info": {f"ragen_{k}": v for k, v in ep.metrics.items()},
+        },
+    )
 
 
 def agent_config(overrides: dict[str, Any], prompt_length: int, response_length: int) -> AgentConfig:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -133,28 +132,3 @@ def place_turn_rewards(rm_scores: torch.Tensor, response_lengths: torch.Tensor,
         raise ValueError(f"row {b}: rm_scores sum {float(rm_scores[b].sum())} != the sum of its ragen_token_rewards "
                          f"{float(out[b].sum())}; the reward was changed after the ragen agent loop")
     return out
-
-
-def to_agent_loop_output(ep: VerlEpisode, *, with_logprobs: bool = True) -> Any:
-    """verl's ``AgentLoopOutput`` of ``ep`` (imports verl): a ``RagenAgentLoopOutput``, whose ``as_dict`` puts the
-    per-turn rewards into ``rm_scores``. Per-turn rewards ride in ``extra_fields``: ``turn_scores`` (verl's key,
-    one reward per turn), ``ragen_token_rewards`` (see ``place_turn_rewards``), ``ragen_reward_positions``;
-    ``reward_extra_info`` carries the episode metrics (``ragen_<name>``)."""
-    from ragen_external.verl.agent_loop import RagenAgentLoopOutput
-    from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
-
-    return RagenAgentLoopOutput(
-        prompt_ids=ep.prompt_ids,
-        response_ids=ep.response_ids,
-        response_mask=ep.response_mask,
-        response_logprobs=ep.response_logprobs if with_logprobs else None,
-        reward_score=ep.reward_score,
-        num_turns=ep.num_turns,
-        metrics=AgentLoopMetrics(),
-        extra_fields={
-            "turn_scores": list(ep.turn_rewards),
-            "ragen_token_rewards": list(ep.token_rewards),
-            "ragen_reward_positions": list(ep.reward_positions),
-            "reward_extra_info": {f"ragen_{k}": v for k, v in ep.metrics.items()},
-        },
-    )

@@ -95,7 +95,7 @@ def test_verl_output_places_rewards_per_turn():
         reason="verl 0.9.1 is not importable: install it with `bash scripts/setup_verl.sh` (external/verl/README.md)",
         exc_type=ImportError,
     )
-    from ragen_external.verl.convert import to_agent_loop_output
+    from ragen_external.verl.agent_loop import to_agent_loop_output
 
     out = to_agent_loop_output(episode_to_agent_loop_output(hand_batch(), 1))
     assert isinstance(out, verl_loop.AgentLoopOutput)

@@ -26,7 +26,7 @@ manager = pytest.importorskip(
 )
 
 from ragen_external.verl import AGENT_LOOP_CONFIG, episode_to_agent_loop_output, make_dataset_rows  # noqa: E402
-from ragen_external.verl.convert import to_agent_loop_output  # noqa: E402
+from ragen_external.verl.agent_loop import to_agent_loop_output  # noqa: E402
 from test_verl_agent_loop import FakeServerManager  # noqa: E402
 from test_verl_convert import hand_batch  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, AgentLoopWorker  # noqa: E402

@@ -1,4 +1,11 @@
-"""Run a training (or evaluation) job from a frozen config: validate, set up, fit, shut down."""
+"""One job of either algorithm family from a frozen config: check it, print its plan, train (or evaluate).
+
+``algorithm.name`` picks the family: ``ppo`` runs the PPO trainer (``ragen.trainer``: every advantage estimator of
+``ragen.algorithms``), ``archer`` | ``chai`` | ``filtered_bc`` the ArCHer family (``ragen.archer``). This module
+sits above both, so neither trainer imports the other: :func:`validate` and :func:`run` dispatch on the name, and
+``python -m ragen.train`` hands an ArCHer-family config to the ArCHer trainer. The commands (``ragen.cli``) call
+:func:`cli_main`; Python code calls :func:`run` on a ``TrainConfig`` (``ragen.trainer.compose.load_train_config``).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,23 @@ from pathlib import Path
 from typing import Any
 
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.validate import validate
 from ragen.utils import console
+
+# The trainers (torch, Ray, the envs) are imported when a job needs them, so importing this module stays light.
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ``ConfigError`` listing every problem of ``cfg`` (nothing is started before this passes): the PPO
+    family's checks (``ragen.trainer.validate.validate_ppo``) or the ArCHer family's
+    (``ragen.archer.main.validate_archer``), by ``algorithm.name``."""
+    if cfg.algorithm.name == "ppo":
+        from ragen.trainer.validate import validate_ppo
+
+        validate_ppo(cfg)
+    else:
+        from ragen.archer.main import validate_archer
+
+        validate_archer(cfg)
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:
@@ -16,7 +38,8 @@ def run(cfg: TrainConfig) -> dict[str, float]:
 
     Returns the final metrics. Workers, Ray (when this call started it) and loggers are shut down even on
     errors. ``algorithm.name`` archer / chai / filtered_bc runs the ArCHer family's trainer
-    (``ragen.archer.main.run``). ``trainer.dry_run``: print the plan (``ragen.trainer.plan``) and return {}.
+    (``ragen.archer.main.run``), ppo the PPO trainer (``ragen.trainer.ppo_trainer.run``). ``trainer.dry_run``:
+    print the plan (``ragen.trainer.plan``) and return {}.
     """
     from ragen.plugins import load_plugins
 
@@ -24,39 +47,20 @@ def run(cfg: TrainConfig) -> dict[str, float]:
     if cfg.trainer.dry_run:
         from ragen.trainer.plan import dry_run
 
-        console.say(dry_run(cfg))
+        console.say(dry_run(cfg, validate))
         return {}
     if cfg.algorithm.name != "ppo":
         from ragen.archer.main import run as run_archer
 
         return run_archer(cfg)
-    validate(cfg)
-    from ragen.trainer.ppo_trainer import PPOTrainer
+    from ragen.trainer.ppo_trainer import run as run_ppo
 
-    trainer = PPOTrainer(cfg)
-    started_ray = _ray_running() is False
-    try:
-        trainer.setup(with_workers=not cfg.trainer.val_only)
-        return trainer.evaluate() if cfg.trainer.val_only else trainer.fit()
-    finally:
-        trainer.shutdown()
-        if started_ray and cfg.trainer.use_ray and not cfg.trainer.val_only:
-            import ray
-
-            ray.shutdown()
-
-
-def _ray_running() -> Any:
-    try:
-        import ray
-    except ImportError:
-        return None
-    return ray.is_initialized()
+    return run_ppo(cfg)
 
 
 def run_cli(cfg: TrainConfig, label: str = "done",
             runner: Callable[[TrainConfig], dict[str, float]] | None = None) -> dict[str, float]:
-    """``runner`` (default :func:`run`; ``ragen.archer.main.run`` for the ArCHer family) behind the quiet console
+    """``runner`` (default :func:`run`; ``ragen.archer.main.run`` for ``ragen archer``) behind the quiet console
     (``trainer.verbose=false``: the rest of the output in ``<run dir>/train.log``), then the final summary on the
     terminal."""
     log_path = Path(cfg.trainer.output_dir) / "train.log"
@@ -84,9 +88,10 @@ def final_summary(cfg: TrainConfig, metrics: dict[str, float], label: str = "don
 def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done",
              runner: Callable[[TrainConfig], dict[str, float]] | None = None,
              transform: Callable[[TrainConfig], TrainConfig] | None = None) -> dict[str, float]:
-    """The body of a Hydra entry point: build the frozen config (then ``transform`` it, e.g. ``ragen.sft``'s
-    warm-start-only job), ``check`` it and run the pre-start checks (``ragen.trainer.prestart``: the model loads,
-    the output folder holds no run with another config); a ``ConfigError`` exits with status 2 and one line per
+    """The body of a Hydra entry point: build the frozen config (then ``transform`` it, e.g. ``ragen sft``'s
+    warm-start-only job, ``ragen.trainer.warm_start.sft_config``), ``check`` it and run the pre-start checks
+    (``ragen.trainer.prestart``: the model loads, the output folder holds no run with another config); a
+    ``ConfigError`` exits with status 2 and one line per
     problem, before anything is written or started. ``trainer.dry_run``: print the plan and return {} (exit 0).
     Else :func:`run_cli`."""
     import sys

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from ragen.launch import validate
 from ragen.trainer.compose import compose, config_dir, to_train_config
 from ragen.trainer.config import SECTIONS, ConfigError, TrainConfig, default_section_values
-from ragen.trainer.validate import STEP_SPLIT_ESTIMATORS, validate
+from ragen.trainer.validate import STEP_SPLIT_ESTIMATORS
 
 CONFIG = config_dir()
 PRIMARY = sorted(p.stem for p in CONFIG.glob("*.yaml"))

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ragen.launch import validate
 from ragen.trainer.compose import compose, config_dir, load_train_config, to_train_config
 from ragen.trainer.config import SECTIONS, ConfigError, default_section_values
 from ragen.trainer.derived import train_batch_size, world_size
-from ragen.trainer.validate import validate
 
 CONFIG = config_dir()
 ROOT = CONFIG.parent

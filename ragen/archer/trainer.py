@@ -46,13 +46,13 @@ from ragen.agent.batch import episode_records
 from ragen.algorithms.archer import filter_cutoff, filtered_bc_keep, trajectory_rewards
 from ragen.archer import chai, dialogues
 from ragen.archer.buffer import ReplayBuffer, Transition
-from ragen.archer.config import uses_critic
 from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.transitions import policy_batch, transitions_from_batch
 from ragen.archer.workers import ArcherPolicyWorker
 from ragen.rollout.base import SamplingParams
 from ragen.trainer import builders, numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
+from ragen.trainer.config_archer import uses_critic
 from ragen.trainer.derived import actor_worker_config, world_size
 from ragen.trainer.state import rng_preserved, trim_metrics
 from ragen.trainer.warm_start import run_warm_start

@@ -16,7 +16,7 @@ from ragen.cli.hydra_app import main as run_command
 def task(cfg: Any) -> None:
     """Hydra's composed config -> the ArCHer family's checks, pre-start checks, then the run (or the plan)."""
     from ragen.archer.main import run, validate_archer
-    from ragen.trainer.main import cli_main
+    from ragen.launch import cli_main
 
     cli_main(cfg, validate_archer, label=f"{cfg.algorithm.name} done", runner=run)
 

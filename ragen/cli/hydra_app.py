@@ -9,7 +9,7 @@ that keeps Hydra's whole command line (``key=value``, ``group=choice``, ``+key=v
 3. checks the overrides and the config name (``ragen.cli.overrides``): a misspelled key or choice exits with
    status 2 and "did you mean <closest>", one line per problem, before Hydra's own message.
 
-Hydra then composes the config and calls the command's ``task`` (``ragen.trainer.main.cli_main``: validation and
+Hydra then composes the config and calls the command's ``task`` (``ragen.launch.cli_main``: validation and
 the pre-start checks, then the run, or the plan for a dry run).
 """
 

@@ -12,8 +12,7 @@ from ragen.cli.hydra_app import main as run_command
 
 def task(cfg: Any) -> None:
     """Hydra's composed config as a warm-start-only job -> validation, pre-start checks, the run (or the plan)."""
-    from ragen.trainer.main import cli_main
-    from ragen.trainer.validate import validate
+    from ragen.launch import cli_main, validate
     from ragen.trainer.warm_start import sft_config
 
     cli_main(cfg, validate, label="warm start done", transform=sft_config)

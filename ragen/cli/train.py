@@ -16,8 +16,7 @@ from ragen.cli.hydra_app import main as run_command
 
 def task(cfg: Any) -> None:
     """Hydra's composed config -> validation, pre-start checks, then the run (or the plan of a dry run)."""
-    from ragen.trainer.main import cli_main
-    from ragen.trainer.validate import validate
+    from ragen.launch import cli_main, validate
 
     cli_main(cfg, validate)
 

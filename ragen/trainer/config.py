@@ -15,8 +15,8 @@ from typing import Any
 
 from ragen.agent.config import AgentConfig
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
-from ragen.archer.config import ALGORITHMS as ARCHER_ALGORITHMS
-from ragen.archer.config import ArcherSection
+from ragen.trainer.config_archer import ALGORITHMS as ARCHER_ALGORITHMS
+from ragen.trainer.config_archer import ArcherSection
 from ragen.trainer.config_types import coerce as _coerce
 from ragen.trainer.config_types import type_problems as _type_problems
 from ragen.workers.config import PLACEMENT_STRATEGIES, ActorConfig, CriticConfig

@@ -1,5 +1,8 @@
 """The ArCHer family's config keys (``config/base.yaml`` mirrors them key for key).
 
+Part of the run config's schema (:class:`ragen.trainer.config.TrainConfig` holds the ``archer`` section), so it sits
+with the schema below both trainers: the dry-run plan and the checks read it without importing ``ragen.archer``.
+
 * ``algorithm.name`` picks the family member: ``archer`` | ``chai`` | ``filtered_bc`` (``python -m ragen.archer``;
   ``ppo``, the default, is the PPO trainer of ``python -m ragen.train``).
 * The utterance-level critic's own keys live in the ``critic`` section (``critic.encoder``,

@@ -1,9 +1,9 @@
 """The dry run (``trainer.dry_run=true``, ``ragen train --check``): check everything, print the plan, start nothing.
 
-:func:`dry_run` validates the config (``ragen.trainer.validate``, or the ArCHer family's checks), runs the
-pre-start checks (``ragen.trainer.prestart``: the model's config and tokenizer without weights, the output folder,
-each env built once) and returns the plan: the start-up block a real run prints (``builders.startup_block``) plus
-the tokenizer, devices and GPUs, Ray, the batch arithmetic (groups x group size = episodes, rows, mini / micro
+:func:`dry_run` validates the config (``ragen.launch.validate``: the PPO family's checks or the ArCHer family's),
+runs the pre-start checks (``ragen.trainer.prestart``: the model's config and tokenizer without weights, the output
+folder, each env built once) and returns the plan: the start-up block a real run prints (``builders.startup_block``)
+plus the tokenizer, devices and GPUs, Ray, the batch arithmetic (groups x group size = episodes, rows, mini / micro
 batches, optimizer steps per step and in total), the agent's token budgets, validation and what the output folder
 holds. No worker, Ray, engine or file is created.
 """
@@ -16,14 +16,13 @@ from pathlib import Path
 
 from ragen.trainer import builders, derived, env_mix
 from ragen.trainer.config import TrainConfig
+from ragen.trainer.config_archer import uses_critic
 from ragen.trainer.prestart import ModelCheck, check_before_start, saved_config
 
 
-def dry_run(cfg: TrainConfig, check: Callable[[TrainConfig], None] | None = None) -> str:
-    """Validate ``cfg`` (``check``, default ``ragen.trainer.validate.validate``), run the pre-start checks and
+def dry_run(cfg: TrainConfig, check: Callable[[TrainConfig], None]) -> str:
+    """Validate ``cfg`` (``check``: ``ragen.launch.validate``, or one family's checks), run the pre-start checks and
     return the plan (:func:`plan_text`); raises ``ConfigError`` listing every problem."""
-    if check is None:
-        from ragen.trainer.validate import validate as check
     check(cfg)
     return plan_text(cfg, check_before_start(cfg, dry_run=True))
 
@@ -134,8 +133,6 @@ def output_line(cfg: TrainConfig) -> str:
 
 
 def archer_line(cfg: TrainConfig) -> str:
-    from ragen.archer.config import uses_critic
-
     a, name = cfg.archer, cfg.algorithm.name
     ranks = f"actor={derived.world_size(cfg, 'actor')}"
     critic = ""
@@ -149,8 +146,6 @@ def archer_line(cfg: TrainConfig) -> str:
 
 def _roles(cfg: TrainConfig) -> list[str]:
     if cfg.algorithm.name != "ppo":
-        from ragen.archer.config import uses_critic
-
         return ["actor"] + (["critic"] if uses_critic(cfg.algorithm.name) else [])
     return (["actor"] + (["critic"] if derived.critic_worker_needed(cfg) else [])
             + (["ref"] if derived.needs_ref(cfg) else []))

@@ -381,3 +381,32 @@ class PPOTrainer:
         set_rng_state(state["rng"])
         self.proxy.load_state_dict(state["proxy"])
         console.say(f"[ragen] resumed from {path} at step {self.step}")
+
+
+def run(cfg: TrainConfig) -> dict[str, float]:
+    """The PPO family's job: validate ``cfg`` (``ragen.trainer.validate.validate_ppo``, before anything starts), then
+    train, or evaluate when ``trainer.val_only``; returns the final metrics. Workers, Ray (when this call started
+    it) and loggers are shut down even on errors. ``ragen.launch.run`` calls it for ``algorithm.name=ppo``."""
+    from ragen.trainer.validate import validate_ppo
+
+    validate_ppo(cfg)
+    trainer = PPOTrainer(cfg)
+    started_ray = _ray_running() is False
+    try:
+        trainer.setup(with_workers=not cfg.trainer.val_only)
+        return trainer.evaluate() if cfg.trainer.val_only else trainer.fit()
+    finally:
+        trainer.shutdown()
+        if started_ray and cfg.trainer.use_ray and not cfg.trainer.val_only:
+            import ray
+
+            ray.shutdown()
+
+
+def _ray_running() -> bool | None:
+    """Whether Ray is initialised in this process; None when Ray is not installed."""
+    try:
+        import ray
+    except ImportError:
+        return None
+    return ray.is_initialized()

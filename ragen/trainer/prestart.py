@@ -1,6 +1,6 @@
 """Checks between validation and the first write: the model loads, the output folder is free, the envs build.
 
-``ragen.trainer.validate`` checks the config's values; these checks read what the config points at, still before
+``ragen.launch.validate`` checks the config's values; these checks read what the config points at, still before
 the run folder, ``config.json``, Ray or any worker exists, so a wrong model path or a reused output folder costs
 seconds and prints one line per problem (``ConfigError``), never a traceback:
 

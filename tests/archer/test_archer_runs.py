@@ -130,7 +130,7 @@ def test_bad_archer_config_names_the_key(tmp_path):
         validate_archer(load_train_config("archer_twenty_questions", ["archer.batch_size=3", "actor.mini_batch_size=1",
                                                                       "actor.micro_batch_size=1",
                                                                       "trainer.critic_world_size=2"]))
-    from ragen.trainer.validate import validate
+    from ragen.launch import validate
 
     with pytest.raises(ConfigError, match="agent.layout"):  # ragen.train's check runs the ArCHer family's checks
         validate(load_train_config("chai_twenty_questions", ["agent.layout=trajectory"]))
@@ -140,14 +140,18 @@ def test_bad_archer_config_names_the_key(tmp_path):
 
 
 def test_ragen_train_hands_the_archer_family_to_its_trainer(monkeypatch):
-    """``python -m ragen.train`` with algorithm.name=chai runs ``ragen.archer.main.run`` (not the PPO trainer)."""
+    """``python -m ragen.train`` with algorithm.name=chai runs ``ragen.archer.main.run`` (not the PPO trainer):
+    ``ragen.launch.run`` dispatches on algorithm.name; the PPO family's own run refuses the config."""
     import ragen.archer.main
-    from ragen.trainer import main as ppo_main
+    from ragen import launch
+    from ragen.trainer import ppo_trainer
 
     seen = []
     monkeypatch.setattr(ragen.archer.main, "run", lambda cfg: seen.append(cfg.algorithm.name) or {"done": 1.0})
-    assert ppo_main.run(load_train_config("base", ["algorithm.name=chai"])) == {"done": 1.0}
+    assert launch.run(load_train_config("base", ["algorithm.name=chai"])) == {"done": 1.0}
     assert seen == ["chai"]
+    with pytest.raises(ConfigError, match="algorithm.name='chai' is not the PPO family"):
+        ppo_trainer.run(load_train_config("base", ["algorithm.name=chai"]))
 
 
 def test_issue_key_names_reach_the_critic_worker():

@@ -174,8 +174,8 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
             "rank x 8 rank(s) -> 2 accumulation step(s); 40 optimizer steps in total") in out
     assert f"[ragen] output    {out_dir} (a new run)" in out
     assert not out_dir.exists() and not ray.is_initialized()
+    from ragen.launch import run
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
 
     cfg = load_train_config("ppo_bandit", ["model=tiny", "trainer.dry_run=true", f"trainer.output_dir={out_dir}"])
     assert run(cfg) == {}  # in-process runs honour the key too

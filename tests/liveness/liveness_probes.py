@@ -82,7 +82,7 @@ def rejection(cfg_or_error: TrainConfig | ConfigError) -> ConfigError | None:
     """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes."""
     if isinstance(cfg_or_error, ConfigError):
         return cfg_or_error
-    from ragen.trainer.validate import validate
+    from ragen.launch import validate
 
     try:
         validate(cfg_or_error)

@@ -10,10 +10,10 @@ import sys
 import torch
 from report_helpers import block_id, episode_blocks, model_token_count, tiny_overrides, token_spans
 
+from ragen.launch import run
 from ragen.report.episodes import NEUTRAL
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 
 FAST = ["trainer.use_ray=false", "trainer.sft_warmup_steps=0", "env.max_turn=2", "trainer.val_freq=1",
         "trainer.val_before_train=true"]

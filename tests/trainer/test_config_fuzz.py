@@ -9,9 +9,9 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ragen.launch import validate
 from ragen.trainer.compose import compose, load_train_config, to_train_config
 from ragen.trainer.config import SECTIONS, ConfigError, default_section_values
-from ragen.trainer.validate import validate
 
 VALUES = ["abc", "-1", "-100", "0", "1e308", ".nan", ".inf", "-.inf", "[1, 2]", "{a: 1}", "null", "true", "3.5",
           "''", "99999999999999999999", "-0.5", "[]", "[abc]", "1"]

@@ -9,9 +9,9 @@ from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics,
 
 from ragen.algorithms.losses import kl_penalties
 from ragen.algorithms.rollout_correction import rollout_correction_weights
+from ragen.launch import run
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 from ragen.workers import LocalWorkerGroup, PolicyWorker
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.sft_warmup_steps=0"]

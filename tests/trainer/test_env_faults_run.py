@@ -35,8 +35,8 @@ class FaultyRunBandit(BanditEnv):
 
 
 def test_a_run_with_faulty_envs_completes_counting_and_logging_them(tmp_path):
+    from ragen.launch import run
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
 
     SEEN.clear()
     cfg = load_train_config("ppo_bandit", [

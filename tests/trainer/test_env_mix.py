@@ -8,12 +8,11 @@ from trainer_helpers import assert_all_finite, read_metrics, tiny_overrides
 
 from ragen.agent import AgentConfig, EnvGroupSpec
 from ragen.agent.env_manager import EnvManager
+from ragen.launch import run, validate
 from ragen.trainer import env_mix
 from ragen.trainer.compose import load_train_config
 from ragen.trainer.config import ConfigError
 from ragen.trainer.derived import train_batch_size
-from ragen.trainer.main import run
-from ragen.trainer.validate import validate
 
 MIX = ["rollout.train_envs=[{name: bandit, n_groups: 1},{name: frozen_lake, n_groups: 2, max_turn: 2}]"]
 

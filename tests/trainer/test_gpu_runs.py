@@ -108,7 +108,7 @@ def test_multi_turn_run_with_ray_workers_on_one_gpu(tmp_path, tokenizer_dir):
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="missing wandb")
 def test_run_logs_to_wandb_offline(device, tmp_path, tokenizer_dir, monkeypatch):
-    from ragen.trainer.main import run
+    from ragen.launch import run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "run"

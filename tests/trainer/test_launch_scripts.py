@@ -71,9 +71,9 @@ def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
     equal (it never answers in format), so the estimator's output is replaced by +1 / -1 on alternate rows: what is
     tested is the trainer's path from the advantages to the update (tests/workers/test_update_direction.py checks a
     single worker; tests/algorithms the estimators' signs)."""
+    from ragen.launch import run
     from ragen.trainer import phases
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
     from ragen.workers import PolicyWorker
 
     seen, signs = [], []

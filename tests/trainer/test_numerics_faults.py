@@ -75,7 +75,7 @@ def test_nan_steps_are_skipped_and_consecutive_ones_stop_the_run(tmp_path, monke
     resume=auto then picks checkpoint 3."""
     from trainer_helpers import load_actor_weights
 
-    from ragen.trainer.main import run
+    from ragen.launch import run
     from ragen.utils.checkpoint import resolve_resume
 
     _poison(monkeypatch, {1, 3, 4})
@@ -166,7 +166,7 @@ def test_poisoned_rewards_values_and_gradients_never_reach_the_weights(tmp_path,
     update was skipped, counted in the metrics), and step 2 stops the run naming the tensor."""
     from trainer_helpers import load_actor_weights
 
-    from ragen.trainer.main import run
+    from ragen.launch import run
 
     poison(monkeypatch, {1, 2})
     cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 3), *FAST, "trainer.max_consecutive_skips=2",

@@ -8,8 +8,8 @@ import pytest
 import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_overrides
 
+from ragen.launch import run
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 from ragen.trainer.ppo_trainer import PPOTrainer
 from ragen.utils.checkpoint import latest_checkpoint
 

@@ -12,12 +12,11 @@ from trainer_helpers import assert_all_finite, read_metrics, tiny_overrides
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
 from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import compute_advantage
+from ragen.launch import run, validate
 from ragen.models import load_tokenizer
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 from ragen.trainer.turn_layout import turn_layout_advantages
-from ragen.trainer.validate import validate
 
 RUNS = ("ms_grpo", "ms_po", "grpo_outcome", "grpo_step")
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "rollout.val_n_groups=1"]

@@ -8,9 +8,9 @@ from trainer_helpers import assert_all_finite, read_metrics, tiny_overrides
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
 from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, register_estimator
+from ragen.launch import run
 from ragen.models import load_tokenizer
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 from ragen.trainer.phases import advantages, filter_groups_by_std
 from ragen.trainer.turn_layout import pad_rows, row_multiple, turn_layout_advantages
 from ragen.workers.data import TrainBatch

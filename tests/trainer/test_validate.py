@@ -8,9 +8,9 @@ import torch
 
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, compute_advantage
 from ragen.algorithms.reference import random_inputs
+from ragen.launch import validate
 from ragen.trainer.compose import compose, to_train_config
 from ragen.trainer.config import ConfigError
-from ragen.trainer.validate import validate
 
 CASES = [
     # (overrides, text the message must contain)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from trainer_helpers import tiny_overrides
 
+from ragen.launch import run
 from ragen.trainer.compose import load_train_config
-from ragen.trainer.main import run
 from ragen.workers.group import LocalWorkerGroup, WorkerFailure
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false",

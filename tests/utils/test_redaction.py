@@ -38,8 +38,8 @@ def test_tiny_run_writes_no_secret(tmp_path, monkeypatch, capfd):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
     from trainer_helpers import tiny_overrides
 
+    from ragen.launch import run
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
 
     for k, v in FAKE.items():
         monkeypatch.setenv(k, v)

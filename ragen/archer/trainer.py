@@ -54,13 +54,11 @@ from ragen.trainer import builders, numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.config_archer import uses_critic
 from ragen.trainer.derived import actor_worker_config, world_size
-from ragen.trainer.state import rng_preserved, trim_metrics
+from ragen.trainer.driver import Driver
+from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
-from ragen.utils.checkpoint import resolve_resume, write_checkpoint
-from ragen.utils.memory import memory_stats
-from ragen.utils.seeding import get_rng_state, set_rng_state
+from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
-from ragen.utils.tracking import Tracker
 
 
 def critic_settings(cfg: TrainConfig) -> CriticSettings:
@@ -86,29 +84,20 @@ def drop_nonfinite(records: list[Transition], rewards: list[float]) -> tuple[lis
     return keep, [x for x in rewards if math.isfinite(x)], len(records) - len(keep)
 
 
-class ArcherTrainer:
-    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``."""
+class ArcherTrainer(Driver):
+    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``; the run's set-up, checkpoint
+    policy and logging are the :class:`ragen.trainer.driver.Driver`'s."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        self.run_dir = Path(cfg.trainer.output_dir)
-        self.ckpt_root = self.run_dir / "checkpoints"
-        self.step = 0
-        self.history: list[dict[str, float]] = []
-        self.workers: dict[str, Any] = {}
+        super().__init__(cfg)
         self.buffer = ReplayBuffer(cfg.archer.capacity, seed=cfg.trainer.seed)
         self.episodes_seen = 0
-        self.warm_started = False
-        self.val_suffix = ""
-        self._rng_after_step: dict[str, Any] | None = None
-        self.tracker: Tracker | None = None
-        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
 
-    # ------------------------------------------------------------------ set-up / tear-down
+    # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
+        """Model and run folder, Ray, the policy (and critic) groups, engine and proxies, then the resume."""
         cfg = self.cfg
-        self.model_path, self.tokenizer = builders.prepare_model(cfg)  # a bad model path fails before any write
-        builders.prepare_run(cfg, self.run_dir)
+        self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
         builders.start_ray(cfg)
         wt = builders.worker_threads(cfg)
         self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
@@ -117,20 +106,7 @@ class ArcherTrainer:
         self.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
-        resumed = resolve_resume(cfg.trainer.resume, self.ckpt_root)
-        if resumed is not None:
-            self.load_checkpoint(resumed)
-        self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if resumed is None else self.step)
-        self.tracker = builders.tracker(cfg, self.run_dir, resumed=resumed is not None)
-
-    def shutdown(self) -> None:
-        for group in self.workers.values():
-            if group is not None:
-                group.shutdown()
-        self.workers = {}
-        if self.tracker is not None:
-            self.tracker.finish()
-            self.tracker = None
+        self.open_run()
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -150,11 +126,10 @@ class ArcherTrainer:
             metrics.update(self.memory_metrics())
             self.step += 1
             self._rng_after_step = get_rng_state()
-            final = self.step == tr.total_steps
-            if final or (tr.val_freq > 0 and self.step % tr.val_freq == 0):
+            if self.due(tr.val_freq):
                 metrics.update(self.validate())
             self._log(metrics, self.step)
-            if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
+            if self.due(tr.save_freq):
                 self.save_checkpoint()
             bar.update(1)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
@@ -192,15 +167,6 @@ class ArcherTrainer:
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = time.perf_counter() - start
         return metrics
-
-    def memory_metrics(self) -> dict[str, float]:
-        """``memory/<process>_rss_gb`` / ``_peak_gb`` of the driver (engine) and of each worker group."""
-        out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
-        if self.cfg.trainer.use_ray:
-            for role, group in self.workers.items():
-                if group is not None:
-                    out.update({f"memory/{role}_{k}": v for k, v in group.call("memory_stats").items()})
-        return out
 
     # ------------------------------------------------------------------ phases
     def _decode(self, ids: list[int]) -> str:
@@ -331,45 +297,17 @@ class ArcherTrainer:
         out["timing/validation"] = t["validation"]
         return out
 
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        if self.tracker is not None:
-            self.tracker.log(metrics, step)
-        self.history.append({"step": step, **metrics})
-
-    def plot(self) -> Path:
-        from ragen.utils.plotting import plot_learning_curves
-        from ragen.utils.redaction import redact_text
-
-        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",  # the title is drawn: redact
-                                    title=redact_text(self.cfg.trainer.experiment_name))
-
     def save_checkpoint(self) -> Path:
-        """Actor, critic, replay buffer and trainer state into ``checkpoints/global_step_<step>``."""
-
-        def write(tmp: Path) -> None:
-            self.workers["actor"].call("save", dir=str(tmp / "actor"))
-            if self.workers.get("critic") is not None:
-                self.workers["critic"].call("save", dir=str(tmp / "critic"))
-            self.buffer.save(tmp / "buffer.json")
-            torch.save({"step": self.step, "rng": self._rng_after_step or get_rng_state(),
-                        "proxy": self.proxy.state_dict(),
-                        "episodes_seen": self.episodes_seen, "warm_started": self.warm_started},
-                       tmp / "trainer_state.pt")
-
-        path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
+        """Actor, critic, replay buffer and trainer state (with ``episodes_seen``) into
+        ``checkpoints/global_step_<step>``."""
+        path = self.write_checkpoint(lambda tmp: self.buffer.save(tmp / "buffer.json"),
+                                     episodes_seen=self.episodes_seen)
         tqdm.write(f"[ragen.archer] saved checkpoint {path}")
         return path
 
     def load_checkpoint(self, path: Path) -> None:
-        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-        self.workers["actor"].call("load", dir=str(Path(path) / "actor"))
-        if self.workers.get("critic") is not None:
-            self.workers["critic"].call("load", dir=str(Path(path) / "critic"))
-        self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
+        """Restore the workers, engine weights, step, RNG and seed counters, then the replay buffer."""
+        state = self.read_checkpoint(path)
         self.buffer = ReplayBuffer.load(Path(path) / "buffer.json")
-        self.step = int(state["step"])
         self.episodes_seen = int(state["episodes_seen"])
-        self.warm_started = bool(state.get("warm_started", False))
-        set_rng_state(state["rng"])
-        self.proxy.load_state_dict(state["proxy"])
         tqdm.write(f"[ragen.archer] resumed from {path} at iteration {self.step}")

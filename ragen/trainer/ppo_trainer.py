@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
@@ -33,35 +32,26 @@ from ragen.trainer import builders, numerics, phases, placement, report_phase, r
 from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
-from ragen.trainer.state import rng_preserved, save_trainer_state, trim_metrics
+from ragen.trainer.driver import Driver
+from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
-from ragen.utils.checkpoint import latest_checkpoint, resolve_resume, write_checkpoint
+from ragen.utils.checkpoint import latest_checkpoint
 from ragen.utils.hardware import resolve_dtype
-from ragen.utils.memory import memory_stats
-from ragen.utils.redaction import redact_text
-from ragen.utils.seeding import get_rng_state, set_rng_state
+from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import bar_postfix
 from ragen.workers.group import WorkerFailure
 
 
-class PPOTrainer:
-    """Trains (``fit``) or evaluates (``evaluate``) the policy described by a frozen :class:`TrainConfig`."""
+class PPOTrainer(Driver):
+    """Trains (``fit``) or evaluates (``evaluate``) the policy described by a frozen :class:`TrainConfig`; the run's
+    set-up, checkpoint policy and logging are the :class:`ragen.trainer.driver.Driver`'s."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        self.cfg = cfg
-        self.run_dir = Path(cfg.trainer.output_dir)
-        self.ckpt_root = self.run_dir / "checkpoints"
-        self.step = 0
-        self.history: list[dict[str, float]] = []
-        self.workers: dict[str, Any] = {}
-        self._rng_after_step: dict[str, Any] | None = None
-        self.warm_started = False
-        self.val_suffix = ""  # the warm start's validation writes val_rollouts/step_0_after_warm_start.jsonl
+        super().__init__(cfg)
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
-        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
         self.phase = "setup"  # the running phase, named when a worker fails
         self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
         self.placement_group: Any = None
@@ -70,8 +60,7 @@ class PPOTrainer:
     def setup(self, *, with_workers: bool = True) -> None:
         """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
         cfg = self.cfg
-        self.model_path, self.tokenizer = builders.prepare_model(cfg)  # a bad model path fails before any write
-        builders.prepare_run(cfg, self.run_dir)
+        self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
         pg = None
         if with_workers:
             builders.start_ray(cfg)
@@ -88,20 +77,7 @@ class PPOTrainer:
             placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.initial_state = restarts.initial_state(self)
-        self.resumed_from = resolve_resume(cfg.trainer.resume, self.ckpt_root)
-        if self.resumed_from is not None:
-            self.load_checkpoint(self.resumed_from, with_workers=with_workers)
-        self.history = trim_metrics(self.run_dir / "metrics.jsonl", None if self.resumed_from is None else self.step)
-        self.tracker = builders.tracker(cfg, self.run_dir, resumed=self.resumed_from is not None)
-
-    def shutdown(self) -> None:
-        for group in self.workers.values():
-            if group is not None:
-                group.shutdown()
-        self.workers = {}
-        if getattr(self, "tracker", None) is not None:
-            self.tracker.finish()
-            self.tracker = None
+        self.resumed_from = self.open_run(with_workers=with_workers)
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -147,14 +123,13 @@ class PPOTrainer:
         metrics["trainer/restarts"] = float(self.restarts)
         self.step += 1
         self._rng_after_step = get_rng_state()
-        final = self.step == tr.total_steps
-        validating = final or (tr.val_freq > 0 and self.step % tr.val_freq == 0)
+        validating = self.due(tr.val_freq)
         if validating:
             metrics.update(self._guarded(self.validate, step=self.step))
         self._log(metrics, self.step)
         if validating:
             self.write_report()
-        if final or (tr.save_freq > 0 and self.step % tr.save_freq == 0):
+        if self.due(tr.save_freq):
             self._guarded(self.save_checkpoint)
         return metrics
 
@@ -274,17 +249,6 @@ class PPOTrainer:
             raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
                                 f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
 
-    def memory_metrics(self) -> dict[str, float]:
-        """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
-        role (mean over its ranks; in-process workers count as the driver), and ``memory/<role>_nice``, the
-        workers' niceness (``ragen.utils.process``). Growth from step to step is a leak."""
-        out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
-        if self.cfg.trainer.use_ray:
-            for role, group in self.workers.items():
-                if group is not None:
-                    out.update({f"memory/{role}_{k}": v for k, v in group.call("memory_stats").items()})
-        return out
-
     def _row_multiple(self) -> int:
         cfg = self.cfg
         sizes = [cfg.actor.mini_batch_size, *(world_size(cfg, r) for r in ("actor", "critic", "ref"))]
@@ -333,53 +297,19 @@ class PPOTrainer:
         self.write_report()
         return metrics
 
-    # ------------------------------------------------------------------ logging, checkpoints
-    def _log(self, metrics: dict[str, float], step: int) -> None:
-        self.tracker.log(metrics, step)
-        self.history.append({"step": step, **metrics})
-
-    def plot(self) -> Path:
-        from ragen.utils.plotting import plot_learning_curves
-
-        return plot_learning_curves(self.history, self.run_dir / "learning_curve.png",
-                                    title=redact_text(self.cfg.trainer.experiment_name))
-
+    # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
-        """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``."""
+        """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``, then the
+        learning curve."""
         self.phase = "checkpoint"
-
-        def write(tmp: Path) -> None:
-            self.workers["actor"].call("save", dir=str(tmp / "actor"))
-            if self.workers.get("critic") is not None:
-                self.workers["critic"].call("save", dir=str(tmp / "critic"))
-            save_trainer_state(tmp / "trainer_state.pt", step=self.step,
-                               rng=self._rng_after_step or get_rng_state(), proxy=self.proxy.state_dict(),
-                               warm_started=self.warm_started)
-
-        path = write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
+        path = self.write_checkpoint()
         tqdm.write(f"[ragen] saved checkpoint {path}")
         self.plot()
         return path
 
     def load_checkpoint(self, path: Path, *, with_workers: bool = True) -> None:
-        """Restore workers, engine weights, step, RNG and seed counters from a complete checkpoint."""
-        state = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-        if with_workers:
-            self.workers["actor"].call("load", dir=str(Path(path) / "actor"))
-            if self.workers.get("critic") is not None:
-                self.workers["critic"].call("load", dir=str(Path(path) / "critic"))
-            self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
-        else:
-            from safetensors.torch import load_file
-
-            weights: dict[str, torch.Tensor] = {}
-            for f in sorted((Path(path) / "actor").glob("*.safetensors")):
-                weights.update(load_file(f))
-            self.engine.update_weights(weights)
-        self.step = int(state["step"])
-        self.warm_started = bool(state.get("warm_started", False))
-        set_rng_state(state["rng"])
-        self.proxy.load_state_dict(state["proxy"])
+        """Restore workers (or, without them, the engine's weights), step, RNG and seed counters."""
+        self.read_checkpoint(path, with_workers=with_workers)
         console.say(f"[ragen] resumed from {path} at step {self.step}")
 
 

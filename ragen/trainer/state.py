@@ -15,9 +15,10 @@ from ragen.utils.seeding import get_rng_state, set_rng_state
 
 
 def save_trainer_state(path: str | Path, *, step: int, rng: dict[str, Any], proxy: dict[str, int],
-                       warm_started: bool = False) -> None:
-    """Step counter, RNG states, the agent proxy's seed counters and whether the warm start ran (``torch.save``)."""
-    state = {"step": int(step), "rng": rng, "proxy": redact(dict(proxy)), "warm_started": bool(warm_started)}
+                       warm_started: bool = False, **extra: Any) -> None:
+    """Step counter, RNG states, the agent proxy's seed counters, whether the warm start ran and what else the
+    trainer keeps (``extra``, e.g. the ArCHer trainer's ``episodes_seen``), with ``torch.save``."""
+    state = {"step": int(step), "rng": rng, "proxy": redact(dict(proxy)), "warm_started": bool(warm_started), **extra}
     torch.save(state, path)
 
 

@@ -1,6 +1,6 @@
 """A ragen episode (one row of a ``RolloutBatch``) as the fields of verl's ``AgentLoopOutput``. Pure: no verl import.
 
-ragen's trajectory row (ragen/agent/batch.py, DESIGN.md "The data that flows") is one token sequence::
+ragen's trajectory row (ragen/agent/batch.py; docs/design.md, the token layout) is one token sequence::
 
     [prompt] [turn 0 model tokens] [env obs tokens] [turn 1 model tokens] ... [closing end-of-turn?] [pad]
 

@@ -1,4 +1,4 @@
-"""Typed records for what a rollout produces (DESIGN.md, "The data that flows").
+"""Typed records for what a rollout produces (docs/design.md, the token layout).
 
 One trajectory is one token sequence built from the exact ids the engine sampled::
 

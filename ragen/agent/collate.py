@@ -1,6 +1,6 @@
 """Turn finished episodes into a right-padded ``RolloutBatch`` and its namespaced metrics.
 
-Layouts (DESIGN.md, "Two layouts"):
+Layouts (docs/design.md, the two layouts of a rollout):
 
 * ``trajectory``: one row per episode, ``[prompt][turn 0][env][turn 1]...`` built from the exact sampled ids.
   When ``max_context_window`` or ``max_model_len`` cut a prompt, the row still holds the full history, so

@@ -18,7 +18,7 @@ class AgentConfig:
     ``max_model_len`` bounds prompt + response tokens of every engine call; when a prompt would not leave
     room for ``max_new_tokens``, history is dropped oldest-first (metric ``agent/context_truncations``).
     ``format_penalty`` is added to the reward of a turn whose response could not be parsed.
-    ``layout``: ``"trajectory"`` = one row per episode, ``"turn"`` = one row per turn (DESIGN.md, "Two layouts").
+    ``layout``: ``"trajectory"`` = one row per episode, ``"turn"`` = one row per turn (docs/design.md, the two layouts).
     ``response_prefix``: text forced at the start of every response (e.g. ``"<answer>"`` with ``think=False``),
     appended to each prompt as prompt tokens (response_mask 0); the parser reads prefix + response. Small models
     that rarely open the answer tag on their own learn from format-valid turns this way.

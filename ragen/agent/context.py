@@ -1,6 +1,6 @@
 """Token-level context building: chat-template rendering without re-rendering the conversation.
 
-DESIGN.md ("The data that flows"): the prompt of turn k+1 is the prompt of turn k, plus the exact ids the
+docs/design.md (building prompts turn by turn): the prompt of turn k+1 is the prompt of turn k, plus the exact ids the
 engine sampled, plus the template's separator after its end-of-turn token, plus only the new user message
 rendered on its own (with the generation prompt). Nothing about a model family is hard-coded: the
 end-of-turn token, the separator and the per-message rendering are all derived from the tokenizer's chat
@@ -10,8 +10,8 @@ template (``ChatFormat``).
 turn's prompt from its history view, keeping the last ``max_context_window`` turns and dropping older history when
 the prompt would not leave room for the response inside ``max_model_len``. When history is cut, the prompt
 starts with a fresh first message (instructions + the observation of the oldest kept turn) followed by
-the kept turns' exact tokens; the trajectory row still holds the full, uncut sequence (DESIGN.md, "Two
-layouts": use ``layout="turn"`` when the exact per-turn prompts matter for training).
+the kept turns' exact tokens; the trajectory row still holds the full, uncut sequence (docs/design.md, the
+two layouts: use ``layout="turn"`` when the exact per-turn prompts matter for training).
 
 The history view is the full sequence (``agent.history_thinking=keep``: append-only, a model sees its own earlier
 thinking) or, with ``strip_tag`` (``history_thinking=strip``), the sequence with each earlier turn's thinking cut
@@ -245,7 +245,7 @@ class EpisodeContext:
 
     def bootstrap_prompt(self, window: int | None, max_model_len: int, max_new_tokens: int) -> list[int]:
         """The state after the last response, as a prompt within the length budget: V of it is the bootstrap of an
-        episode cut by the length budget (DESIGN.md, "Advantage estimators"; the same ids in both layouts).
+        episode cut by the length budget (docs/design.md, position conventions; the same ids in both layouts).
 
         It is the next generation prompt cut by :meth:`plan`'s own rule (the last ``window`` turns, history dropped
         oldest-first until ``prompt + max_new_tokens`` fits ``max_model_len``, down to the history-free prompt).

@@ -1,5 +1,5 @@
-"""Adversarial model output for fault injection (issue 13, "Model garbage"): what a diverged policy may emit for
-hours, and a harness that pushes it through the response parser and an env's ``step``.
+"""Adversarial model output for fault injection (model garbage): what a diverged policy may emit for hours, and a
+harness that pushes it through the response parser and an env's ``step``.
 
 :func:`garbage_responses` draws, from a seeded ``random.Random``, responses of nine kinds (:data:`KINDS`): byte
 noise (decoded with ``replace`` or ``surrogateescape``, so lone surrogates too), huge strings, nested and

@@ -1,6 +1,7 @@
 """ragen.algorithms: advantage estimators (one registry, one signature), PPO-family losses, masked statistics.
 
-All functions are pure: tensors in, tensors out, explicit scalars (DESIGN.md, "Advantage estimators").
+All functions are pure: tensors in, tensors out, explicit scalars (docs/design.md; every estimator's math:
+docs/estimators.md).
 """
 
 from ragen.algorithms.inputs import AdvantageInputs

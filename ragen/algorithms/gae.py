@@ -3,7 +3,7 @@
 GAE: Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage Estimation",
 eq. 16: A_t = sum_l (gamma * lam)^l delta_{t+l}, delta_t = r_t + gamma * V_{t+1} - V_t. Turn-level and bi-level
 (a high level over turns, a low level over the tokens inside a turn) follow the hierarchical scheme of ArCHer
-(Zhou et al. 2024) as written out in DESIGN.md, "Advantage estimators".
+(Zhou et al. 2024), as written out with a worked example in docs/estimators.md.
 
 Position conventions (every tensor is (B, T) unless noted):
 - ``values[:, t]`` is V of the context *before* token t: the critic's head on the hidden state at t - 1, the

@@ -1,6 +1,6 @@
 """What every advantage estimator reads: :class:`AdvantageInputs` and its validation.
 
-Layout (DESIGN.md, "The data that flows")::
+Layout (docs/design.md, the token layout)::
 
     [prompt] [turn 0 model tokens] [env obs tokens] [turn 1 model tokens] ... [pad]
 

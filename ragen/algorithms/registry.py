@@ -1,4 +1,4 @@
-"""One registry and one entry point for every advantage estimator (DESIGN.md, "Advantage estimators").
+"""One registry and one entry point for every advantage estimator (the math of each: docs/estimators.md).
 
 An estimator is registered as an *adapter*: ``fn(inputs: AdvantageInputs, *, <scalars>) -> (adv, ret)``.
 Its keyword-only parameters are exactly the scalars :func:`compute_advantage` forwards to it, and ``needs``

@@ -2,10 +2,10 @@
 
 The paper's off-policy utterance-level critic (Zhou et al. 2024) learns from every turn collected so far: each turn is
 stored as (s, a, r, s', done) plus its trajectory's total reward (online filtered BC) and its Monte-Carlo return.
-Records keep the exact token ids the policy saw and sampled (``prompt_ids`` / ``action_ids``), so actor and BC
-updates train on the same tokens (DESIGN.md, token-in / token-out), and the texts the critic encodes.
-The buffer saves and loads itself (JSON: records, insertion counter and the sampling generator's state), so a
-resumed run samples exactly what an uninterrupted one would.
+Records keep the exact token ids the policy saw and sampled (``prompt_ids`` / ``action_ids``), so actor and BC updates
+train on the same tokens (docs/design.md, the token layout: token-in / token-out), and the texts the critic encodes. The
+buffer saves and loads itself (JSON: records, insertion counter and the sampling generator's state), so a resumed run
+samples exactly what an uninterrupted one would.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Validation rolls out every family member at ``rollout.val_temperature`` (greedy 
 choice among k seeded candidates is deterministic there (``ragen.archer.chai``). With ``archer.offline_dialogues``
 the warm start imitates recorded dialogues (``ragen.archer.dialogues``) instead of the env's expert.
 
-NaN / inf never reaches the weights (issue 13, as in the PPO trainer: ``ragen.trainer.numerics``): turns whose
+NaN / inf never reaches the weights (as in the PPO trainer: ``ragen.trainer.numerics``): turns whose
 reward or return is not finite never enter the replay buffer (where they would poison every later critic target),
 an actor update whose advantages or sampling log-probs are not finite is skipped with its weight sync, a worker
 skips an optimizer step whose gradient norm is not finite (``actor/skipped_steps``, ``critic/skipped_steps``),

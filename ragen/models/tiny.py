@@ -1,4 +1,4 @@
-"""A tiny random model of the default model's family, for fast tests (DESIGN.md, "Embedded default model").
+"""A tiny random model of the default model's family, for fast tests (docs/design.md, the default model).
 
 Same architecture as SmolLM2 (``LlamaForCausalLM``, grouped-query attention, tied embeddings) and the default
 tokenizer's vocab (49152), so token ids, chat templates and special tokens behave exactly like the real model.

@@ -1,4 +1,4 @@
-"""The inference-engine protocol the agent proxy talks to (DESIGN.md, "Rollout engines").
+"""The inference-engine protocol the agent proxy talks to (docs/design.md, engines).
 
 Token in, token out: prompts are token-id lists and samples come back as the exact sampled ids with
 the log-probs of the distribution actually sampled from (after temperature; keep top_p=1, top_k=0

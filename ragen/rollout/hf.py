@@ -1,4 +1,4 @@
-"""The ``hf`` engine: batched sampling with a transformers causal LM on CPU or GPU (DESIGN.md, "Rollout engines").
+"""The ``hf`` engine: batched sampling with a transformers causal LM on CPU or GPU (docs/design.md, engines).
 
 Our own decode loop over ``model.forward`` with a KV cache instead of ``model.generate``, so the returned ids are
 exactly the sampled ones and their log-probs are those of the distribution actually sampled from:

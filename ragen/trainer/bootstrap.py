@@ -1,4 +1,4 @@
-"""The bootstrap values of episodes cut by the length budget (DESIGN.md, "Advantage estimators").
+"""The bootstrap values of episodes cut by the length budget (docs/design.md, position conventions).
 
 A ``truncated`` episode did not end: its return continues past the last response, so the GAE family bootstraps
 from V of the state that followed it. That state is the episode's next generation prompt, cut to the length budget

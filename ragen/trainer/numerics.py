@@ -1,4 +1,4 @@
-"""Non-finite numbers never reach the weights (issue 13, "Numerics").
+"""Non-finite numbers never reach the weights.
 
 Before the critic and actor updates the driver checks every input tensor of the update, in the order they are
 produced: rollout rewards and sampling log-probs, then values, old / reference log-probs, advantages and returns.

@@ -1,4 +1,4 @@
-"""The PPO-family driver: one readable loop of named, timed phases (DESIGN.md, "Workers and the trainer").
+"""The PPO-family driver: one readable loop of named, timed phases (docs/design.md, one PPO step).
 
 Per step::
 

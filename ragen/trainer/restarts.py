@@ -1,4 +1,4 @@
-"""In-run recovery from a dead worker (``trainer.max_restarts``, issue 13).
+"""In-run recovery from a dead worker (``trainer.max_restarts``).
 
 A worker process that dies mid-step (killed, crashed, or lost with its node) surfaces in the driver as a
 ``WorkerFailure`` naming the role, rank, method and phase (``PPOTrainer._guarded``). With restarts left, the

@@ -1,5 +1,5 @@
 """A redacting pipe in front of the run's log: what a process writes to its standard output and error reaches
-``train.log`` with every secret value replaced (issue 13; the rules are :mod:`ragen.utils.redaction`'s).
+``train.log`` with every secret value replaced (the rules are :mod:`ragen.utils.redaction`'s).
 
 Why a separate process and not a reader thread: a thread dies with its process, so lines still in the pipe when the
 trainer is killed (``kill -9``, the OOM killer) would be lost exactly when the log matters most. The reader here is a

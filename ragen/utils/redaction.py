@@ -1,4 +1,4 @@
-"""Keep secrets out of everything a run writes (issue 13): logs, config dumps, metrics, reports, checkpoints.
+"""Keep secrets out of everything a run writes: logs, config dumps, metrics, reports, checkpoints.
 
 A *secret* is the value of an environment variable whose name contains ``KEY``, ``TOKEN``, ``SECRET`` or
 ``PASSWORD`` (``WANDB_API_KEY``, ``HF_TOKEN``, ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY`` ...), when the value has

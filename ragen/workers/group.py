@@ -107,7 +107,7 @@ def _free_port() -> tuple[str, int]:
         return ray.util.get_node_ip_address(), s.getsockname()[1]
 
 
-# ---------------------------------------------------------------------------- worker failures (issue 13, faults)
+# ---------------------------------------------------------------------------- worker failures
 CALL_KNOB = "trainer.worker_call_timeout_s"
 START_KNOB = "trainer.worker_start_timeout_s"
 

@@ -1,4 +1,4 @@
-"""Reserve a Ray placement group, or fail fast naming what the cluster lacks (issue 13, scale-out).
+"""Reserve a Ray placement group, or fail fast naming what the cluster lacks (scale-out).
 
 ``placement_group(...).wait()`` blocks for as long as the cluster cannot satisfy the bundles; on a cluster that is
 one node short a run would hang there with no word. :func:`reserve` waits at most ``timeout_s`` seconds, then

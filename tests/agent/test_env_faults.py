@@ -1,4 +1,4 @@
-"""Env faults at scale (issue 13): envs that raise, hang or return malformed results, mixed into real rollouts of
+"""Env faults at scale: envs that raise, hang or return malformed results, mixed into real rollouts of
 the bandit env through the agent proxy -> the rollout goes on, faulty episodes are counted, masked and logged with
 their seed; never a hang."""
 

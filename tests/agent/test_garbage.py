@@ -1,4 +1,4 @@
-"""Model garbage (issue 13): 10,000 adversarial responses through the parser, and thousands through every env's step
+"""Model garbage: 10,000 adversarial responses through the parser, and thousands through every env's step
 -> a format penalty or an invalid action, never an exception, a protocol break or an ``eval``."""
 
 import ast

@@ -1,4 +1,4 @@
-"""Exact token layout of a scripted 3-turn rollout (DESIGN.md, "The data that flows")."""
+"""Exact token layout of a scripted 3-turn rollout (docs/design.md, the token layout)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hand-computed examples of every advantage estimator (DESIGN.md, "Advantage estimators").
+"""Hand-computed examples of every advantage estimator (docs/estimators.md).
 
 Every example goes through ``check``: the vectorised implementation and the plain-loop reference must agree
 (the reference is the truth on random inputs elsewhere), and both must give the numbers derived in the comments.
@@ -17,7 +17,8 @@ def t(*xs):
 
 
 def design_example(**extra):
-    """DESIGN.md: 10 model tokens, turns 0..4 and 5..9, rewards 1 at tokens 4 and 9, V = 0.1..1.0."""
+    """The worked example of docs/estimators.md: 10 model tokens, turns 0..4 and 5..9, rewards 1 at tokens 4 and 9,
+    V = 0.1..1.0."""
     r = torch.zeros(1, 10, dtype=D)
     r[0, 4] = r[0, 9] = 1.0
     return AdvantageInputs(
@@ -281,7 +282,7 @@ def test_failed_rows_leave_the_group_statistics():
     torch.testing.assert_close(adv[:, 0], t(0.5 ** 0.5, -(0.5 ** 0.5), 0.0))
 
 
-def test_ms_grpo_and_ms_po_issue_reference():
+def test_ms_grpo_and_ms_po_three_trajectories_by_hand():
     # 3 trajectories of one group, 2 turns each (tokens 0-1 and 3-4, env at 2 and 5), eps = 1e-4 (outside the sqrt)
     mask = torch.tensor([[1, 1, 0, 1, 1, 0]] * 3)
     inp = AdvantageInputs(

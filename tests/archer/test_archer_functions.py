@@ -1,4 +1,5 @@
-"""Hand-computed checks of the ArCHer family's pure functions (issue 12's numbers)."""
+"""Hand-computed checks of the ArCHer family's pure functions: targets, Polyak averaging, advantages,
+Monte-Carlo returns, the filtered-BC cutoff and the BC loss on small inputs worked out by hand."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""NaN / inf never reaches the ArCHer trainer's weights (issue 13, the PPO trainer's guard in ``ragen.archer.trainer``):
+"""NaN / inf never reaches the ArCHer trainer's weights (the PPO trainer's guard in ``ragen.archer.trainer``):
 tiny in-process ArCHer runs with poisoned rewards, advantages and gradients."""
 
 import dataclasses

@@ -154,7 +154,7 @@ def test_ragen_train_hands_the_archer_family_to_its_trainer(monkeypatch):
         ppo_trainer.run(load_train_config("base", ["algorithm.name=chai"]))
 
 
-def test_issue_key_names_reach_the_critic_worker():
+def test_critic_section_keys_reach_the_critic_worker():
     """``critic.freeze_encoder`` / ``critic.encoder`` / ``critic.lr`` ... of the config are the worker's settings."""
     cfg = load_train_config("archer_twenty_questions", ["critic.freeze_encoder=true", "critic.encoder=tiny",
                                                          "critic.lr=3e-4", "critic.head_hidden=32", "archer.tau=0.2"])

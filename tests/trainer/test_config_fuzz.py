@@ -1,4 +1,4 @@
-"""Fuzzed config overrides (issue 13): random keys, wrong types, negative sizes, NaN, huge numbers -> the config
+"""Fuzzed config overrides: random keys, wrong types, negative sizes, NaN, huge numbers -> the config
 builds, or one readable ``ConfigError`` naming the key; never an exception from deep inside a check."""
 
 import copy

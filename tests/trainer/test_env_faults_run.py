@@ -1,4 +1,4 @@
-"""Env faults inside a trainer run (issue 13): a tiny PPO run whose env raises, hangs past ``agent.env_step_timeout``
+"""Env faults inside a trainer run: a tiny PPO run whose env raises, hangs past ``agent.env_step_timeout``
 or returns a malformed observation on some seeds completes; the faulty episodes are counted (``rollout/env_errors``
 in metrics.jsonl), masked, and logged with their seed in ``env_errors.jsonl``. The faults are in ``reset``: the tiny
 random model's responses are malformed, so its episodes never call ``step`` (step faults, NaN rewards included:

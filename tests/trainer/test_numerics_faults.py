@@ -1,4 +1,4 @@
-"""NaN / inf never reaches the weights (issue 13): the checks, the guard, and tiny in-process runs with poisoned
+"""NaN / inf never reaches the weights: the checks, the guard, and tiny in-process runs with poisoned
 log-probs."""
 
 import math

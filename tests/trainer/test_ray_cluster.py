@@ -1,4 +1,4 @@
-"""The trainer on a real multi-node Ray cluster on this machine (issue 13, scale-out and restarts).
+"""The trainer on a real multi-node Ray cluster on this machine (scale-out and restarts).
 
 ``ray.cluster_utils.Cluster`` starts a head and a second node, each with its own raylet, one CPU and a custom
 resource naming it. The trainer joins it (``trainer.ray_address``, never a Ray of its own):

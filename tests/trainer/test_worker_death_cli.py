@@ -1,4 +1,4 @@
-"""A worker dies in a real CLI run (issue 13): ``python -m ragen.train`` on Ray with ``trainer.max_restarts=0``, its
+"""A worker dies in a real CLI run: ``python -m ragen.train`` on Ray with ``trainer.max_restarts=0``, its
 actor worker's process SIGKILLed after the step-1 checkpoint. The run exits non-zero naming the worker and the
 phase, and ``trainer.resume=auto`` finishes it from that checkpoint. ~55 s on 2 cores (a Ray run, then an
 in-process resume), so it runs with the long tests (``-m learning``)."""

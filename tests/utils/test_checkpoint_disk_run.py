@@ -1,4 +1,4 @@
-"""A disk fault through the trainer (issue 13): the checkpoint folder of a real CLI run (``python -m ragen.train``)
+"""A disk fault through the trainer: the checkpoint folder of a real CLI run (``python -m ragen.train``)
 becomes read-only after the step-1 checkpoint. The step-2 save fails with ``CheckpointWriteError`` naming the folder,
 the run exits non-zero, and checkpoint 1 stays complete and is what ``trainer.resume=auto`` picks.
 

@@ -1,4 +1,4 @@
-"""Checkpoint writes under faults (issue 13): kill -9 at random moments, interrupted renames and deletions, fsync
+"""Checkpoint writes under faults: kill -9 at random moments, interrupted renames and deletions, fsync
 ordering, a full or read-only disk."""
 
 import errno

@@ -1,5 +1,5 @@
 """scripts/emulate_avx2.sh runs a command as on an AVX2-only CPU: torch's kernels at AVX2 and ragen's ``auto``
-precision resolving to fp32 (the other machine kind CI and developers may have; issue 10)."""
+precision resolving to fp32 (the other machine kind CI and developers may have)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Secrets never reach what a run writes (issue 13): the redaction rules, then a tiny run grepped file by file."""
+"""Secrets never reach what a run writes: the redaction rules, then a tiny run grepped file by file."""
 
 from pathlib import Path
 

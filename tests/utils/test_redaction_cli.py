@@ -1,4 +1,4 @@
-"""Secrets never reach a CLI run's folder (issue 13): ``python -m ragen.train`` as a user starts it, with a secret in
+"""Secrets never reach a CLI run's folder: ``python -m ragen.train`` as a user starts it, with a secret in
 the environment and in an override value; every file the run leaves (Hydra's files, train.log, metrics, config,
 checkpoints, report, wandb's offline folder) is grepped for it. Also the redacting log pipe on its own."""
 
@@ -51,9 +51,9 @@ def _leaks(folder: Path, values: list[str]) -> list[tuple[str, str]]:
                                      pytest.param("[console,jsonl,wandb]", marks=pytest.mark.learning)])
 def test_cli_run_writes_no_secret(tmp_path, loggers):
     """A 1-step run whose experiment name is ``exp-$HF_TOKEN`` and which prints the token (Python and C level):
-    no file under the working folder holds the token or the wandb key (without the fixes: Hydra's .hydra/ dumps,
-    train.log, and wandb's run file, which records the command line). With wandb (offline) it takes ~20 s more,
-    so that variant runs with the long tests (``-m learning``)."""
+    no file under the working folder holds the token or the wandb key (where a secret would land unless redacted:
+    Hydra's .hydra/ dumps, train.log, and wandb's run file, which records the command line). With wandb (offline)
+    it takes ~20 s more, so that variant runs with the long tests (``-m learning``)."""
     out = tmp_path / "run"
     overrides = [o for o in tiny_overrides(out, 1) if not o.startswith("trainer.loggers")]
     cmd = [sys.executable, "-c", WRAPPER, "--config-name", "ppo_bandit", *overrides,
@@ -74,7 +74,7 @@ def test_cli_run_writes_no_secret(tmp_path, loggers):
 
 
 def test_config_error_leaves_no_hydra_dump(tmp_path):
-    """The audit's reproduction: a config error exits 2 before the run, and Hydra wrote no unredacted dump (the
+    """A config error with a secret among the overrides exits 2 before the run, and Hydra wrote no unredacted dump (the
     ArCHer entry point; ``python -m ragen.train``'s run is the test above, every config's hydra keys the one
     below)."""
     for module in ("ragen.archer",):

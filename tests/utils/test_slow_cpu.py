@@ -1,4 +1,4 @@
-"""scripts/slow_cpu.py runs a command paused for 1 - 1/FACTOR of every period (a slower-CPU emulation, issue 10)."""
+"""scripts/slow_cpu.py runs a command paused for 1 - 1/FACTOR of every period (a slower-CPU emulation)."""
 
 from __future__ import annotations
 

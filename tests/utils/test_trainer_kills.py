@@ -1,4 +1,4 @@
-"""kill -9 of the real trainer (``python -m ragen.train``) during its checkpoint saves (issue 13; the full campaign
+"""kill -9 of the real trainer (``python -m ragen.train``) during its checkpoint saves (the full campaign
 is ``python bench/faults.py --trainer --kills 20``): every kill resumes from a complete checkpoint, losing at most the
 step being saved. ~30 s for 3 kills (each kill is a trainer start), so it runs with the long tests (``-m learning``).
 """

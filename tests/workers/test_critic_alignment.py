@@ -1,6 +1,6 @@
 """The critic's position convention, end to end through the worker and the estimator.
 
-``values[:, t]`` must be V of the context *before* token t (DESIGN.md, "Advantage estimators"). A critic that
+``values[:, t]`` must be V of the context *before* token t (docs/design.md, position conventions). A critic that
 returns the value *after* token t gives every model token a baseline that already contains the token (a Q
 value), and the advantage of the action that decided the reward fades to 0 as the critic learns.
 """

@@ -1,4 +1,4 @@
-"""A worker dies or hangs mid-call (issue 13): the group names the role, rank and method instead of hanging, and the
+"""A worker dies or hangs mid-call: the group names the role, rank and method instead of hanging, and the
 driver adds the phase, the step and the checkpoint to resume from."""
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def test_reinforce_pp_matches_verl(seed, gamma):
 
 def test_singleton_groups_differ():
     """The one real difference: a trajectory alone in its group. ragen gives it advantage 0 (no baseline to
-    compare with, DESIGN.md); verl's GRPO uses mean 0 / std 1, i.e. R / (1 + eps), and its RLOO the raw R."""
+    compare with, docs/estimators.md); verl's GRPO uses mean 0 / std 1, i.e. R / (1 + eps), and its RLOO the raw R."""
     mask = torch.tensor([[1, 1, 0, 1], [1, 1, 1, 1], [1, 0, 1, 1]])
     rewards = torch.tensor([[0, 0, 0, 2.0], [0, 0, 0, 1.0], [0, 0, 0, 3.0]], dtype=F64)
     gid = torch.tensor([0, 1, 1])

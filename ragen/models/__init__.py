@@ -1,6 +1,8 @@
 """Model loading (packaged default, local folders, hub ids) and tiny test models.
 
-``value_head`` (critic models) lives beside these and is imported from its own module.
+Beside these, each imported from its own module: ``value_head`` (critic models), ``forward`` (the base model's
+hidden states, shared by the policy's log-probs and the critic's values) and ``packing`` (one forward pass for the
+prefix a batch's rows share).
 """
 
 from ragen.models.loader import DEFAULT_MODEL, export_tokenizer, load_model, load_tokenizer, resolve_model_path

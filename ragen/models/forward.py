@@ -37,7 +37,7 @@ def is_right_padded(attention_mask: torch.Tensor) -> bool:
 def hidden_states(base: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Last hidden states (B, T, H) of the base model, with position ids from the mask.
 
-    When the rows share a long prefix (``ragen.workers.packing``) the batch runs as one packed row that computes
+    When the rows share a long prefix (``ragen.models.packing``) the batch runs as one packed row that computes
     the prefix once. Otherwise right-padded batches drop the explicit mask: causal attention already hides the
     trailing padding from every real token, and the unmasked path uses the fast fused causal SDPA kernel.
     """

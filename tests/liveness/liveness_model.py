@@ -5,7 +5,7 @@ A row names one config key and how every alternative value of it behaves, as cas
 overrides over ``liveness_probes.PROBE_BASE``):
 
 * ``changes``: validation accepts the value and the named quantity (probe entries) differs from the context's own;
-* ``rejected``: validation (``ragen.trainer.validate.validate``, or the schema) raises a ConfigError naming the key;
+* ``rejected``: validation (``ragen.launch.validate``, or the schema) raises a ConfigError naming the key;
 * ``invariant``: a speed / memory knob; every number the probe returns stays identical (``tol`` 0) or within
   ``tol`` (relative and absolute) where the knob reorders floating-point sums, except at most a fraction
   ``outliers`` of each tensor's entries (parameters after an Adam step: see ``liveness_table.ADAM``);

@@ -1,4 +1,4 @@
-"""Fault-injection figures (issue 13): kill -9 during checkpoint writes, and model-garbage fuzz counts.
+"""Fault-injection figures: kill -9 during checkpoint writes, and model-garbage fuzz counts.
 
     python bench/faults.py                      # 40 kills spread over checkpoint writes + garbage fuzz counts
     python bench/faults.py --kills 0 --garbage 10000    # only the fuzz counts

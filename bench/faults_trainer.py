@@ -1,4 +1,4 @@
-"""kill -9 the REAL trainer during its checkpoint saves (issue 13): ``python bench/faults.py --trainer``.
+"""kill -9 the REAL trainer during its checkpoint saves: ``python bench/faults.py --trainer``.
 
 Each trial launches ``python -m ragen.train`` (the tiny random model, in-process workers, a checkpoint after every
 step, ``trainer.resume=auto`` into the same run folder, so every trial after the first is a resume), waits until the

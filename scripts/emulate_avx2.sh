@@ -14,7 +14,7 @@
 #   - RAGEN_NATIVE_BF16=0: ragen's detection reads /proc/cpuinfo flags, which still list avx512_bf16, so `auto` is
 #     told the answer an AVX2 CPU gives (fp32).
 # What it cannot emulate: the fp32 speed of the other machine (fp32 GEMM ran at 86 GFLOP/s here with or without
-# these settings; the AVX2-only EPYC of issue 10 measured 49), so wall times are a lower bound for such a CPU.
+# these settings; an AVX2-only EPYC we measured ran at 49), so wall times are a lower bound for such a CPU.
 set -euo pipefail
 if [ "$#" -eq 0 ]; then
     echo "usage: bash scripts/emulate_avx2.sh COMMAND [ARGS...]" >&2

@@ -3,7 +3,7 @@
     python scripts/slow_cpu.py 1.75 bash train_ppo_multi_turn.sh
     bash scripts/emulate_avx2.sh python scripts/slow_cpu.py 1.75 bash train_ppo_bilevel.sh   # AVX2-only EPYC
 
-Why: issue 10's AVX2-only EPYC ran fp32 GEMM at 49 GFLOP/s (one thread, 1024^2) where the EPYC we develop on runs
+Why: an AVX2-only EPYC we measured ran fp32 GEMM at 49 GFLOP/s (one thread, 1024^2) where the EPYC we develop on runs
 86 under ``scripts/emulate_avx2.sh``, so wall times measured under that emulation are a lower bound for such a CPU.
 This pauses the command's whole process tree for ``1 - 1/FACTOR`` of every ``--period-ms`` (a duty cycle), so every
 thread (GEMM, Python, tokenizer) runs 1/FACTOR of the time and the wall time grows FACTOR x. A real slower CPU
@@ -88,7 +88,7 @@ class Pauser:
 def run_slowed(command: list[str], factor: float, period_ms: float, stdout=None) -> int:
     """Run ``command`` paused for ``1 - 1/factor`` of each period; returns its exit code."""
     if factor < 1.0:
-        raise SystemExit(f"slow_cpu: FACTOR must be >= 1 (got {factor}); 1.75 = the AVX2 EPYC of issue 10")
+        raise SystemExit(f"slow_cpu: FACTOR must be >= 1 (got {factor}); 1.75 = a CPU at 49 of 86 GFLOP/s fp32 GEMM")
     proc = subprocess.Popen(command, start_new_session=True, stdout=stdout)
     pauser = Pauser(proc.pid)
     print(f"[slow_cpu] x{factor:g}: pid {proc.pid} runs {100 / factor:.0f}% of every {period_ms:g} ms "

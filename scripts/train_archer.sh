@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The ArCHer family (ArCHer, online CHAI, online filtered BC; Zhou et al. 2024). Default: ArCHer on Twenty
 # Questions (config/archer_twenty_questions.yaml: 4-question games over the 8-object table, a 2-step expert warm
-# start, 5 ArCHer iterations; validation success 0 -> 0 -> 0.19 on 16 games; 9.0 minutes on a quiet 2-core CPU,
-# 11.4-13.5 with other jobs on it) into runs/archer_twenty_questions/ (metrics.jsonl,
+# start, 5 ArCHer iterations, greedy validation on 16 games; about 9 minutes on a quiet 2-core CPU, measured figures
+# in docs/benchmarks.md) into runs/archer_twenty_questions/ (metrics.jsonl,
 # learning_curve.png, checkpoints/, val_rollouts/). The device's recipe: config/recipe/archer_*_<cpu|gpu>.yaml
 # (trainer=gpu: the reference code's loop). Every argument is a Hydra override, e.g.
 #   bash scripts/train_archer.sh --config-name chai_twenty_questions

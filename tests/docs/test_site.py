@@ -1,0 +1,60 @@
+"""The documentation site: every page under docs/ is in the mkdocs navigation (no orphan pages) and every page the
+navigation names exists; images the pages show exist; the GPU section of docs/benchmarks.md keeps the markers
+scripts/gpu_check.sh's figures are written between. The strict build itself runs in CI (scripts/docs.sh)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+
+def nav_pages(node) -> list[str]:
+    """The page paths of an mkdocs ``nav`` (nested lists of ``{title: page or list}``)."""
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, list):
+        return [p for item in node for p in nav_pages(item)]
+    if isinstance(node, dict):
+        return [p for value in node.values() for p in nav_pages(value)]
+    return []
+
+
+def site_config() -> dict:
+    return yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+
+def test_nav_pages_flattened():
+    assert nav_pages([{"Home": "index.md"}, {"A": [{"B": "b.md"}, "c.md"]}]) == ["index.md", "b.md", "c.md"]
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
+    nav = nav_pages(site_config()["nav"])
+    pages = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
+    assert sorted(set(nav)) == sorted(nav), f"pages listed twice in the nav: {nav}"
+    assert not set(pages) - set(nav), f"pages missing from mkdocs.yml's nav: {sorted(set(pages) - set(nav))}"
+    assert not set(nav) - set(pages), f"nav entries without a page: {sorted(set(nav) - set(pages))}"
+
+
+def test_pages_stay_flat_for_the_documented_command_test():
+    """tests/cli/doc_commands.py collects docs/*.md only: a page in a subfolder would escape the dry-run test."""
+    assert [p for p in DOCS.rglob("*.md") if p.parent != DOCS] == []
+
+
+def test_images_shown_exist_and_are_small():
+    for page in DOCS.glob("*.md"):
+        for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text()):
+            image = (page.parent / target).resolve()
+            assert image.is_file(), f"{page.name} shows {target}, which does not exist"
+            assert image.stat().st_size < 200_000, f"{target} is {image.stat().st_size} bytes: keep images small"
+
+
+def test_gpu_section_markers_intact():
+    text = (DOCS / "benchmarks.md").read_text()
+    begin, end = "<!-- GPU section: begin", "<!-- GPU section: end -->"
+    assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end)
+    assert "## GPU" in text[text.index(begin):text.index(end)]

@@ -104,6 +104,7 @@ class ArcherTrainer(Driver):
                                                     model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
                                                     role="actor", num_threads=wt)
         self.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
+        self.announce()  # the start-up block, as the dry run shows it
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.open_run()

@@ -9,6 +9,7 @@ from typing import Any
 from ragen.plugins import ENVIRON_VAR as PLUGINS_VAR
 from ragen.trainer import env_mix
 from ragen.trainer.config import TrainConfig
+from ragen.trainer.config_archer import uses_critic
 from ragen.trainer.derived import (
     actor_worker_config,
     critic_worker_config,
@@ -222,24 +223,43 @@ def precision_summary(cfg: TrainConfig) -> str:
 
 
 def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None) -> str:
-    """The run's start-up block for the console: model, precision, device and workers, env, estimator, sizes and
-    where the run writes (run folder, and the log file under the quiet console)."""
+    """The run's start-up block for the console: model, precision, device and workers, env, estimator (the ArCHer
+    family: its replay loop and algorithm), sizes and where the run writes (run folder, and the log file under the
+    quiet console). The dry run's plan (``ragen.trainer.plan``) starts with the same lines."""
     tr, ro = cfg.trainer, cfg.rollout
     roles = ["actor"] + (["critic"] if critic_worker_needed(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
     ranks = ", ".join(f"{r}={world_size(cfg, r)}" for r in roles)
     critic = ("critic: value head on the actor" if shared_value_head(cfg) else "critic") if needs_critic(cfg) \
         else "no critic"
     warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
+    workers = f"[ragen] workers   {'ray' if tr.use_ray else 'in-process'}, world sizes {ranks}; engine {ro.engine}"
+    method = f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){warm}; {tr.total_steps} steps"
+    if cfg.algorithm.name != "ppo":  # the ArCHer family: its own workers and loop, no advantage estimator
+        workers = archer_line(cfg)
+        method = f"[ragen] algorithm {cfg.algorithm.name}{warm}; {tr.total_steps} iterations"
     lines = [
         f"[ragen] model     {cfg.model.path}" + (" (tiny random)" if cfg.model.tiny else "") + f" <- {model_path}",
         precision_summary(cfg),
-        f"[ragen] workers   {'ray' if tr.use_ray else 'in-process'}, world sizes {ranks}; engine {ro.engine}",
+        workers,
         f"[ragen] envs      train {_mix(env_mix.train_groups(cfg), ro.group_size)}; "
         f"validation {_mix(env_mix.val_groups(cfg), ro.val_group_size)}",
-        f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){warm}; {tr.total_steps} steps",
+        method,
         f"[ragen] run dir   {tr.output_dir}" + (f"  (log: {log_path})" if log_path else ""),
     ]
     return "\n".join(lines)
+
+
+def archer_line(cfg: TrainConfig) -> str:
+    """The workers line of an ArCHer-family run: its ranks, engine and replay loop."""
+    a, name = cfg.archer, cfg.algorithm.name
+    ranks = f"actor={world_size(cfg, 'actor')}"
+    critic = ""
+    if uses_critic(name):
+        ranks += f", critic={world_size(cfg, 'critic')}"
+        critic = f"; utterance critic on {cfg.critic.encoder}, {a.critic_epochs} critic mini-batch(es) per iteration"
+    return (f"[ragen] workers   {'ray' if cfg.trainer.use_ray else 'in-process'}, world sizes {ranks}; engine "
+            f"{cfg.rollout.engine}; {name}: replay {a.capacity} turns, mini-batches of {a.batch_size} turns, "
+            f"{a.actor_epochs} actor mini-batch(es) per iteration after {a.warmup_iter} warm-up iteration(s){critic}")
 
 
 def _mix(groups: list, group_size: int) -> str:

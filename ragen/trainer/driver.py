@@ -6,21 +6,23 @@ last step, history, warm start done), and talks to worker groups, the engine and
 
 * the run's set-up: the policy's model folder and tokenizer (``builders.prepare_model``, before anything is
   written, so a bad model path fails first), then the run folder (``builders.prepare_run``: ``config.json``, seeds,
-  threads); and once the workers exist, the resume (``trainer.resume``, ``ragen.utils.checkpoint.resolve_resume``),
-  the metrics history cut back to the resumed step, and the metric loggers (``builders.tracker``);
+  threads); once the workers exist, the start-up block on the console (``builders.startup_block``); once the engine
+  and proxies exist, the resume (``trainer.resume``, ``ragen.utils.checkpoint.resolve_resume``), the metrics history
+  cut back to the resumed step, and the metric loggers (``builders.tracker``);
 * the checkpoint policy: validation and checkpoints fall due every ``trainer.val_freq`` / ``trainer.save_freq``
   steps and at the last step; a checkpoint ``checkpoints/global_step_<step>`` holds the actor and critic groups'
   weights and optimizer states, the trainer state (``trainer_state.pt``) and whatever the trainer adds, written
   atomically and pruned to ``trainer.keep_last_ckpt`` (``ragen.utils.checkpoint.write_checkpoint``);
 * tear-down, memory metrics, the metric log and the learning curve.
 
-A trainer subclasses :class:`Driver`, builds its worker groups, engine and proxies between :meth:`prepare` and
-:meth:`open_run`, and adds its own loop and checkpoint contents (:meth:`write_checkpoint` / :meth:`read_checkpoint`
-hooks).
+A trainer subclasses :class:`Driver`, builds its worker groups (then :meth:`announce`), engine and proxies between
+:meth:`prepare` and :meth:`open_run`, and adds its own loop and checkpoint contents (the :meth:`write_checkpoint`
+and :meth:`read_checkpoint` hooks).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ import torch
 from ragen.trainer import builders, numerics
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.state import save_trainer_state, trim_metrics
+from ragen.utils import console
 from ragen.utils.checkpoint import resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, set_rng_state
@@ -60,6 +63,11 @@ class Driver:
         """The policy's model folder and tokenizer (a bad model path fails before any write), then the run folder."""
         self.model_path, self.tokenizer = builders.prepare_model(self.cfg)
         builders.prepare_run(self.cfg, self.run_dir)
+
+    def announce(self) -> None:
+        """The start-up block on the console: model, precision, workers, envs, estimator or algorithm, run folder
+        (the lines the dry run's plan starts with)."""
+        console.say(builders.startup_block(self.cfg, self.model_path, os.environ.get(console.LOG_VAR)))
 
     def open_run(self, **load: Any) -> Path | None:
         """After the workers, engine and proxies exist: resume from the checkpoint ``trainer.resume`` names (if any;

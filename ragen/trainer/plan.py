@@ -30,12 +30,6 @@ def dry_run(cfg: TrainConfig, check: Callable[[TrainConfig], None]) -> str:
 def plan_text(cfg: TrainConfig, model: ModelCheck) -> str:
     """The plan of a run of ``cfg`` whose model check found ``model`` (see the module docstring)."""
     lines = builders.startup_block(cfg, model.summary).splitlines()
-    if cfg.algorithm.name != "ppo":  # the ArCHer family: its own workers and loop, no advantage estimator
-        tr = cfg.trainer
-        warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
-        own = {"[ragen] workers": archer_line(cfg),
-               "[ragen] estimator": f"[ragen] algorithm {cfg.algorithm.name}{warm}; {tr.total_steps} iterations"}
-        lines = [next((v for k, v in own.items() if line.startswith(k)), line) for line in lines]
     lines.insert(1, f"[ragen] tokenizer {model.tokenizer}")
     lines += [devices_line(cfg), ray_line(cfg), *batch_lines(cfg), agent_line(cfg), validation_line(cfg),
               output_line(cfg)]
@@ -130,18 +124,6 @@ def output_line(cfg: TrainConfig) -> str:
                 f"(trainer.resume={cfg.trainer.resume})")
     return (f"[ragen] output    {run_dir} holds a run; trainer.resume={cfg.trainer.resume} continues it from its "
             f"latest checkpoint {found[-1][1].name}")
-
-
-def archer_line(cfg: TrainConfig) -> str:
-    a, name = cfg.archer, cfg.algorithm.name
-    ranks = f"actor={derived.world_size(cfg, 'actor')}"
-    critic = ""
-    if uses_critic(name):
-        ranks += f", critic={derived.world_size(cfg, 'critic')}"
-        critic = f"; utterance critic on {cfg.critic.encoder}, {a.critic_epochs} critic mini-batch(es) per iteration"
-    return (f"[ragen] workers   {'ray' if cfg.trainer.use_ray else 'in-process'}, world sizes {ranks}; engine "
-            f"{cfg.rollout.engine}; {name}: replay {a.capacity} turns, mini-batches of {a.batch_size} turns, "
-            f"{a.actor_epochs} actor mini-batch(es) per iteration after {a.warmup_iter} warm-up iteration(s){critic}")
 
 
 def _roles(cfg: TrainConfig) -> list[str]:

@@ -16,7 +16,6 @@ trainer state, saved with every checkpoint. A dead worker stops the run naming t
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,8 +66,8 @@ class PPOTrainer(Driver):
             pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
             self.placement_group = pg
             self.workers = builders.build_workers(cfg, self.model_path, pg)
-        console.say(builders.startup_block(cfg, self.model_path, os.environ.get(console.LOG_VAR)))
-        where = builders.record_placement(self.workers, self.run_dir)
+        self.announce()  # the start-up block
+        where = builders.record_placement(self.workers, self.run_dir)  # where each Ray worker runs
         if where:
             console.say(where)
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)

@@ -33,6 +33,7 @@ import resource
 import time
 
 import torch
+from gpu_bench import bare_step  # the same plain PPO step as the GPU bench's reference (bench/ is on sys.path)
 
 
 def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0, shared_prefix: int = 0, prompts: int = 0):
@@ -50,25 +51,6 @@ def make_batch(batch: int, seq_len: int, vocab: int, seed: int = 0, shared_prefi
     resp[:, seq_len // 2:] = 1
     adv = torch.randn(batch, seq_len, generator=g) * resp
     return TrainBatch(ids, attn, resp, advantages=adv)
-
-
-def bare_step(model, opt, batch, micro: int, clip: float, precision: str) -> float:
-    """One plain training step: full logits, log_softmax, PPO clipped token-mean loss, AdamW."""
-    n_tok = float(batch.response_mask[:, 1:].sum())
-    for part in batch.chunk(micro):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            logits = model(input_ids=part.input_ids, attention_mask=part.attention_mask).logits
-        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        lp = logp.gather(-1, part.input_ids[:, 1:, None]).squeeze(-1)
-        mask = part.response_mask[:, 1:].float()
-        adv, old = part.advantages[:, 1:], part.old_log_probs[:, 1:]
-        ratio = torch.exp(lp - old)
-        loss_mat = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip))
-        ((loss_mat * mask).sum() / n_tok).backward()
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return float(norm)
 
 
 @contextlib.contextmanager
@@ -135,7 +117,7 @@ def main() -> None:
     ours_times, bare_times, lora_times, mixed_times = [], [], [], []
     for i in range(args.repeats + 1):  # alternate so background load hits all loops alike; step 0 = warm-up
         metrics, t_ours = timed(lambda: ours.call("update", batch))
-        _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, 0.2, precision))
+        _, t_bare = timed(lambda: bare_step(bare, opt, batch, args.micro, "cpu", precision == "bf16"))
         t_lora = timed(lambda: lora.call("update", batch))[1] if lora is not None else float("nan")
         if args.prompts:
             with rows_in_batch_order():

@@ -8,6 +8,7 @@ from typing import Any
 LAYOUTS = ("trajectory", "turn")
 REMINDERS = ("every_turn", "first_turn")
 HISTORY_THINKING = ("keep", "strip")
+OBSERVATIONS = ("shown", "blind")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class AgentConfig:
     reasoning models' chat templates render history (Qwen3: what the model sees at deployment;
     ``ragen.agent.thinking``). Needs ``layout="turn"``: a trajectory row holds every turn's thinking, which later
     prompts no longer do.
+    ``observations``: ``"shown"`` = the env's observation text goes into each user message; ``"blind"`` = a control
+    for learning claims: every observation (the first one included) is replaced by a constant filler text of the
+    same token count (:func:`ragen.agent.blind.blind_text`), so prompts keep their length, turn structure and legal
+    actions, but the policy cannot read the state. What a policy reaches blind, an open-loop policy can reach.
     """
 
     max_turn: int = 5
@@ -58,6 +63,7 @@ class AgentConfig:
     env_step_timeout: float | None = 60.0
     reminder: str = "every_turn"
     history_thinking: str = "keep"
+    observations: str = "shown"
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -91,6 +97,8 @@ class AgentConfig:
         if self.history_thinking == "strip" and self.layout != "turn":
             raise ValueError("AgentConfig.history_thinking='strip' needs layout='turn' (a trajectory row holds every "
                              "turn's thinking, which later prompts leave out)")
+        if self.observations not in OBSERVATIONS:
+            raise ValueError(f"AgentConfig.observations must be one of {OBSERVATIONS}, got {self.observations!r}")
         if self.env_step_timeout is not None and not self.env_step_timeout >= 0:
             raise ValueError(f"AgentConfig.env_step_timeout must be None or >= 0 seconds, got {self.env_step_timeout}")
         if not self.think_tag or not self.answer_tag:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ragen.agent.batch import RolloutBatch, TurnRecord
+from ragen.agent.blind import blind_text
 from ragen.agent.collate import build_batch
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
@@ -226,7 +227,10 @@ class AgentProxy:
 
     def _user_text(self, slot: EnvSlot, legal: str, turn: int, note: str) -> str:
         """The user message of ``turn`` (see :func:`user_text`)."""
-        return user_text(self.cfg, slot.observation, legal, turn, slot.max_turn, slot.max_actions, note)
+        observation = slot.observation
+        if self.cfg.observations == "blind":
+            observation = blind_text(observation, self.tokenizer)
+        return user_text(self.cfg, observation, legal, turn, slot.max_turn, slot.max_actions, note)
 
     def _agent_metrics(self, stats: dict, total_s: float) -> dict[str, float]:
         gen = stats["generate_s"]

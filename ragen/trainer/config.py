@@ -176,6 +176,7 @@ class AgentSection:
     env_step_timeout: float | None = 60.0
     reminder: str = "every_turn"
     history_thinking: str = "keep"
+    observations: str = "shown"
 
 
 @dataclass(frozen=True)

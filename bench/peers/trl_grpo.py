@@ -4,7 +4,7 @@ and (``--learn``) wall time to validation success.
     bash scripts/setup_trl_bench.sh                  # once: TRL 1.16.0 into ./.bench-trl (never into .venv)
     python bench/peers/trl_grpo.py                   # speed: 1 warm-up + 3 timed steps per side
     python bench/peers/trl_grpo.py --steps 5 --profile
-    python bench/peers/trl_grpo.py --learn --seeds 0 1 2 --max-steps 40
+    python bench/peers/trl_grpo.py --learn --env bandit_sure --seeds 0 1 2 --max-steps 6
 
 The task (``bandit_task``): ragen's bandit as ``train_ppo.sh`` runs it (``config/ppo_bandit.yaml``), GRPO, 8 prompts x
 8 samples a step, at most 16 new tokens stopping at ``</answer>``, lr 1e-5, beta 0, temperature 1.0, fp32, 2 torch
@@ -29,6 +29,12 @@ bandit, sampled as the recipe validates; a side stops at the first validation >=
 wall time from its launch to that validation's result. Process settings: ragen applies its own (``OMP_WAIT_POLICY``
 passive unless exported, glibc malloc tuning); TRL runs stock unless ``--trl-ragen-process``; an exported
 ``OMP_WAIT_POLICY`` reaches both. TRL absent: prints a skip line and exits 0.
+
+``--env bandit_sure`` for ``--learn``: on ``train_ppo.sh``'s bandit the high arm pays 1.0 one time in 4 (0.25 expected,
+against the low arm's sure 0.1), and GRPO's advantage scaled by each group's reward std (both sides' default) pushes
+towards the low arm: at an even split of 8 samples its expected advantage sum per group is -0.38 for the high arm
+(+0.26 without the scaling; a Monte-Carlo estimate over 200k groups). Both sides then unlearn the high arm, so time to
+success measures nothing there; with a high arm that always pays it measures learning speed.
 """
 
 from __future__ import annotations
@@ -195,9 +201,14 @@ def speed_trl(args: argparse.Namespace, side: str, root: Path) -> SideRun:
     return run
 
 
+def env_override(args: argparse.Namespace) -> list[str]:
+    """``--env``: the bandit of ``train_ppo.sh`` (``bandit``, the recipe's) or the one whose high arm always pays."""
+    return [] if args.env == "bandit" else [f"env={args.env}"]
+
+
 def task_overrides(args: argparse.Namespace, seed: int, model_path: str | None = None) -> list[str]:
     """The task's overrides for ``seed`` (and start weights ``model_path``), the same list for both sides."""
-    extra = [f"trainer.seed={seed}"] + ([f"model.path={model_path}"] if model_path else [])
+    extra = [f"trainer.seed={seed}"] + env_override(args) + ([f"model.path={model_path}"] if model_path else [])
     if args.learn and args.val_episodes:
         extra.append(f"rollout.val_n_groups={args.val_episodes}")
     return ragen_overrides(args.prompts, args.samples, args.new_tokens, args.lr, args.threads) + extra
@@ -213,7 +224,7 @@ def warm_start(args: argparse.Namespace, seed: int, root: Path) -> tuple[str | N
         return None, 0.0
     out = root / f"warm_start_s{seed}"
     overrides = ["actor.mixed_precision=fp32", "rollout.dtype=float32", f"trainer.num_threads={args.threads}",
-                 f"trainer.seed={seed}", f"trainer.sft_warmup_steps={args.warm_start_steps}",
+                 f"trainer.seed={seed}", f"trainer.sft_warmup_steps={args.warm_start_steps}", *env_override(args),
                  "trainer.loggers=[console,jsonl]", f"trainer.output_dir={out}", "trainer.resume=none",
                  "trainer.progress_bar=false", "trainer.report=false"]
     code, wall, _ = run_child(ragen_cmd(args, overrides, "ragen.sft"), child_env(args, "ragen"),
@@ -288,6 +299,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threshold", type=float, default=0.8)
     p.add_argument("--val-episodes", type=int, default=None,
                    help="--learn: validation episodes (default: the recipe's 64); for smoke runs")
+    p.add_argument("--env", choices=("bandit", "bandit_sure"), default="bandit",
+                   help="bandit: the high arm pays 1.0 one time in 4 (train_ppo.sh's); bandit_sure: it always pays. "
+                        "GRPO's per-group std scaling (both sides' default) favours the sure 0.1 arm on the first, "
+                        "so --learn is meaningful on the second")
     p.add_argument("--warm-start", choices=("sft", "none"), default="sft")
     p.add_argument("--warm-start-steps", type=int, default=2, help="the bandit recipe's trainer.sft_warmup_steps")
     p.add_argument("--out", default=None, help="folder for runs and logs (default: a temporary folder)")

@@ -32,9 +32,10 @@ passive unless exported, glibc malloc tuning); TRL runs stock unless ``--trl-rag
 
 ``--env bandit_sure`` for ``--learn``: on ``train_ppo.sh``'s bandit the high arm pays 1.0 one time in 4 (0.25 expected,
 against the low arm's sure 0.1), and GRPO's advantage scaled by each group's reward std (both sides' default) pushes
-towards the low arm: at an even split of 8 samples its expected advantage sum per group is -0.38 for the high arm
-(+0.26 without the scaling; a Monte-Carlo estimate over 200k groups). Both sides then unlearn the high arm, so time to
-success measures nothing there; with a high arm that always pays it measures learning speed.
+towards the low arm: at an even split of 8 samples its expected advantage sum per group is -0.36 for the high arm
+(+0.26 without the scaling; the exact expectation over a group's 45 compositions, pinned by the test suite). Both
+sides then unlearn the high arm, so time to success measures nothing there; with a high arm that always pays it
+measures learning speed.
 """
 
 from __future__ import annotations

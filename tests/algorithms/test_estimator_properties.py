@@ -303,3 +303,34 @@ def test_register_estimator_checks_and_forwards_only_declared_scalars():
     finally:
         ADVANTAGE_ESTIMATORS.pop("test_ones", None)
     assert "test_alpha" not in ADVANTAGE_ESTIMATORS and "test_needs" not in ADVANTAGE_ESTIMATORS
+
+
+@pytest.mark.parametrize(("norm_by_std", "expected"), [(True, -0.3634), (False, 0.2625)])
+def test_grpo_std_scaling_favours_the_sure_arm_of_a_noisy_bandit(norm_by_std, expected):
+    """The figure docs/estimators.md states for ``grpo``: groups of 8 on train_ppo.sh's bandit at an even split
+    between a sure arm (0.1) and a risky one (1.0 with probability 1/4, else 0). Exact expectation over all 45
+    compositions of a group (sure, risky won, risky lost), each weighted by its multinomial probability: the risky
+    arm's advantage sum per group is negative with the std scaling although its expected reward is higher, and
+    positive without it (E = 8 * 0.5 * (0.25 - 0.175) * 7/8 = 0.2625 unscaled)."""
+    from itertools import product
+    from math import factorial
+
+    from ragen.algorithms.group import grpo
+
+    outcomes = ((0.1, 0.5, False), (1.0, 0.125, True), (0.0, 0.375, True))  # (reward, probability, risky arm)
+    comps = [c for c in product(range(9), repeat=3) if sum(c) == 8]
+    assert len(comps) == 45
+    rewards, risky, weight = [], [], []
+    for c in comps:
+        prob = factorial(8) / (factorial(c[0]) * factorial(c[1]) * factorial(c[2]))
+        for (r, p, is_risky), k in zip(outcomes, c, strict=True):
+            prob *= p ** k
+            rewards += [r] * k
+            risky += [is_risky] * k
+        weight.append(prob)
+    token_rewards = torch.tensor(rewards, dtype=torch.float64)[:, None]
+    groups = torch.arange(45).repeat_interleave(8)
+    adv, _ = grpo(token_rewards, torch.ones_like(token_rewards), groups, norm_by_std=norm_by_std)
+    per_group = torch.zeros(45, dtype=torch.float64).index_add_(0, groups, adv[:, 0] * torch.tensor(risky))
+    assert sum(weight) == pytest.approx(1.0)
+    assert float((per_group * torch.tensor(weight, dtype=torch.float64)).sum()) == pytest.approx(expected, abs=1e-4)

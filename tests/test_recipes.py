@@ -12,6 +12,7 @@ from ragen.launch import validate
 from ragen.trainer.compose import compose, config_dir, load_train_config, to_train_config
 from ragen.trainer.config import SECTIONS, ConfigError, default_section_values
 from ragen.trainer.derived import train_batch_size, world_size
+from ragen.trainer.prestart import flatten as flat
 
 CONFIG = config_dir()
 ROOT = CONFIG.parent
@@ -28,16 +29,6 @@ GPU8 = ["trainer=gpu", "trainer.use_ray=true", "trainer.n_gpus_per_node=8", "rol
         "model.path=/models/Qwen2.5-3B-Instruct"]
 
 
-def flat(tree: dict, prefix: str = "") -> dict:
-    """``{"a.b": value}`` for a nested config dict; env.config and list values stay whole."""
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict) and value and name != "env.config":
-            out.update(flat(value, name + "."))
-        else:
-            out[name] = value
-    return out
 
 
 def cpu_tuning(name: str) -> dict:

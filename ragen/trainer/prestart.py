@@ -174,16 +174,17 @@ def config_differences(old: dict[str, Any], new: dict[str, Any],
                        ignore: frozenset[str] = frozenset()) -> list[tuple[str, Any, Any]]:
     """``(dotted key, old value, new value)`` for every key present in both nested configs whose values differ,
     sorted by key; keys in ``ignore`` (and keys only one side has: a config of another ragen version) are skipped."""
-    a, b = _flatten(old), _flatten(new)
+    a, b = flatten(old), flatten(new)
     return [(k, a[k], b[k]) for k in sorted(set(a) & set(b)) if k not in ignore and a[k] != b[k]]
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a.b": value}`` for a nested config dict; ``env.config`` and list values stay whole."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and value and name != "env.config":
-            out.update(_flatten(value, name + "."))
+            out.update(flatten(value, name + "."))
         else:
             out[name] = value
     return out

@@ -34,3 +34,15 @@ def make_char_tokenizer() -> PreTrainedTokenizerFast:
     )  # fmt: skip
     fast.chat_template = TEMPLATE
     return fast
+
+
+class Recorder:
+    """Engine wrapper that keeps every call's prompts and samples: ``calls`` = [(prompts, samples), ...]."""
+
+    def __init__(self, engine) -> None:  # noqa: ANN001 - any Engine
+        self.engine, self.calls = engine, []
+
+    def generate(self, prompts, sampling):  # noqa: ANN001, ANN201 - Engine protocol
+        samples = self.engine.generate(prompts, sampling)
+        self.calls.append(([list(p) for p in prompts], samples))
+        return samples

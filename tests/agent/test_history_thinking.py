@@ -5,6 +5,7 @@ for the conversation, token for token what the engine is fed and what the ``turn
 from __future__ import annotations
 
 import pytest
+from agent_helpers import Recorder
 
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.thinking import think_cut
@@ -144,18 +145,6 @@ def test_window_and_budget_cuts_apply_to_the_stripped_view(default_tokenizer):
 
 
 # ---------------------------------------------------------------------------------------------- through the proxy
-
-
-class Recorder:
-    """Engine wrapper that keeps every call's prompts and samples."""
-
-    def __init__(self, engine) -> None:  # noqa: ANN001 - any Engine
-        self.engine, self.calls = engine, []
-
-    def generate(self, prompts, sampling):  # noqa: ANN001, ANN201 - Engine protocol
-        samples = self.engine.generate(prompts, sampling)
-        self.calls.append(([list(p) for p in prompts], samples))
-        return samples
 
 
 def _proxy(engine, tok, cfg, env: str, n: int):  # noqa: ANN001, ANN202

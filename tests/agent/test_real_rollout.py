@@ -8,22 +8,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from agent_helpers import Recorder
 
 from ragen.agent import AgentConfig, AgentProxy, ChatFormat, EnvGroupSpec
 from ragen.models import load_model, load_tokenizer
 from ragen.rollout import make_engine
-
-
-class Recorder:
-    """Engine wrapper that keeps every prompt and sample."""
-
-    def __init__(self, engine) -> None:  # noqa: ANN001 - any Engine
-        self.engine, self.calls = engine, []
-
-    def generate(self, prompts, sampling):  # noqa: ANN001, ANN201 - Engine protocol
-        samples = self.engine.generate(prompts, sampling)
-        self.calls.append(([list(p) for p in prompts], samples))
-        return samples
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -154,8 +155,15 @@ def val_success(folder: Path) -> list[tuple[int, float, bool]]:
     return out
 
 
+def run_folder(root: Path, claim: Claim, method: Method, seed: int) -> Path:
+    """``root/<claim>/<method>/seed<s>``, the method's name cut to letters, digits, ``.``, ``-`` and ``_`` (the path
+    is a Hydra override value, where ``(``, ``,`` or a space would not parse)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", method.name).strip("_")
+    return root / claim.name / name / f"seed{seed}"
+
+
 def run_one(claim: Claim, method: Method, seed: int, root: Path) -> dict:
-    folder = root / claim.name / method.name.replace(" ", "_").replace(",", "") / f"seed{seed}"
+    folder = run_folder(root, claim, method, seed)
     cmd = command(method, claim.panel, seed, folder)
     print(f"[table] {claim.name} / {method.name} / seed {seed}: {' '.join(cmd[1:])}", flush=True)
     start = time.monotonic()

@@ -229,9 +229,12 @@ def report(root: Path, claims: tuple[Claim, ...], bounds: dict[str, tuple[float,
             starts = [r["start"] for r in got if r["start"] is not None]
             (mean, sd), (s_mean, s_sd) = _stats(finals), _stats(starts)
             label = f"{m.name} (control)" if m.control else m.name
-            lines.append(f"| {claim.name} | {label} | {len(finals)} | {s_mean:.2f} ± {s_sd:.2f} | "
-                         f"**{mean:.2f} ± {sd:.2f}** | {', '.join(f'{v:.2f}' for v in finals)} | {bound:.2f} | "
-                         f"{bar:.2f} | {sum(r['minutes'] for r in got):.0f} |")
+            start = f"{s_mean:.2f} ± {s_sd:.2f}" if starts else "-"
+            final = f"**{mean:.2f} ± {sd:.2f}**" if finals else "not run"
+            bar_text = f"{bar:.2f}" if bar == bar else "-"  # nan: a credit claim's control has no finished seed
+            lines.append(f"| {claim.name} | {label} | {len(finals)} | {start} | {final} | "
+                         f"{', '.join(f'{v:.2f}' for v in finals)} | {bound:.2f} | {bar_text} | "
+                         f"{sum(r['minutes'] for r in got if r['final'] is not None):.0f} |")
         notes.append(f"- **{claim.name}**: {claim.what}. Open-loop bound {bound:.2f}: {how}. {verdict}.")
     return "\n".join(lines + [""] + notes) + "\n"
 

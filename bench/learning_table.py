@@ -52,16 +52,22 @@ class Method:
 @dataclass(frozen=True)
 class Claim:
     """An env and panel (``panel``: the overrides every method of the claim shares) and its methods. ``kind``:
-    ``reads`` (the bar is the open-loop bound + margin) or ``credit`` (the bar is the best control + margin)."""
+    ``reads`` (the bar is the open-loop bound + margin) or ``credit`` (the bar is the best control + margin).
+    ``needs_gain``: the warm start is an expert's, so the claim is RL's gain over it (above the bar as well).
+    ``bound_depth``: the longest fixed plan the bound searches (None: the turn budget, or less where the search
+    would expand too many states); a stated depth where the full budget cannot be searched."""
 
     name: str
     what: str
     methods: tuple[Method, ...]
     panel: tuple[str, ...] = ()
     kind: str = "reads"
+    needs_gain: bool = False
+    bound_depth: int | None = None
 
 
 BLIND = ("agent.observations=blind",)
+EXPERT_WARM_START = ("trainer.sft_warmup_steps=4", "sft.noise=0.0", "actor.lr=2e-5")
 CLAIMS = (
     Claim("frozen_lake_3x3", "FrozenLake 3x3, 3 turns, greedy validation on 32 maps (train_ppo_multi_turn.sh)", (
         Method("token GAE", "ppo_multi_turn"),
@@ -71,10 +77,33 @@ CLAIMS = (
         Method("bi-level GAE", "ppo_bilevel"),
         Method("bi-level GAE, blind", "ppo_bilevel", BLIND, control=True),
     )),
+    Claim("frozen_lake_3x3_expert", "FrozenLake 3x3 from an expert warm start (4 behaviour-cloning steps on the "
+          "solver's plans, sft.noise 0), then the same RL: RL's gain over the warm-started policy", (
+        Method("token GAE", "ppo_multi_turn"),
+        Method("token GAE, blind", "ppo_multi_turn", BLIND, control=True),
+    ), panel=EXPERT_WARM_START, needs_gain=True),
+    Claim("twenty_questions_balanced", "Twenty Questions, 4 questions over 8 objects, 16 greedy validation games "
+          "holding each object twice (env.config.secret_order=cycle); the ArCHer family at equal samples, filtered BC "
+          "the critic-free one", (
+        Method("ArCHer", "archer_twenty_questions"),
+        Method("filtered BC", "filtered_bc_twenty_questions"),
+        Method("CHAI", "chai_twenty_questions"),
+        Method("ArCHer, blind", "archer_twenty_questions", BLIND, control=True),
+    ), panel=("env.config.secret_order=cycle",), needs_gain=True),
+    Claim("sokoban_expert", "Sokoban 6x6, one box, from an expert warm start (the solver's plans), then token GAE: "
+          "RL's gain over the warm-started policy", (
+        Method("token GAE", "ppo_multi_turn"),
+        Method("token GAE, blind", "ppo_multi_turn", BLIND, control=True),
+    ), panel=("env=sokoban", *EXPERT_WARM_START), needs_gain=True, bound_depth=6),
     Claim("delayed_choice", "delayed_choice: the first door decides a reward paid after the last turn", (
         Method("bi-level GAE", "credit_learning_check"),
         Method("bi-level GAE, turn-local (high_level_gamma 0)", "credit_learning_check",
                ("algorithm.high_level_gamma=0",), control=True),
+    ), kind="credit"),
+    Claim("archer_delayed_choice", "ArCHer on delayed_choice after a format-only warm start (config/"
+          "archer_delayed_choice.yaml)", (
+        Method("ArCHer", "archer_delayed_choice"),
+        Method("ArCHer, turn-local (gamma 0)", "archer_delayed_choice", ("archer.gamma=0",), control=True),
     ), kind="credit"),
 )
 
@@ -87,9 +116,10 @@ def _compose(method: Method, panel: tuple[str, ...]):
     return load_train_config(method.config, [*method.overrides, *panel])
 
 
-def open_loop_bound(cfg) -> tuple[float, str]:
+def open_loop_bound(cfg, depth: int | None = None) -> tuple[float, str]:
     """(best score without reading the observations, how it is reached) on ``cfg``'s validation panel: seeds
-    ``rollout.val_seed + g`` for ``g < rollout.val_n_groups``."""
+    ``rollout.val_seed + g`` for ``g < rollout.val_n_groups``; fixed plans of up to ``depth`` actions (default: the
+    turn budget)."""
     import ragen.env as E
     from ragen.evaluation.open_loop import best_fixed_plan, top_guesses_bound
 
@@ -105,7 +135,7 @@ def open_loop_bound(cfg) -> tuple[float, str]:
         score, guesses = top_guesses_bound(secrets, env.max_turn)
         return score, f"guess {', '.join(guesses)} ({len(set(secrets))} distinct secrets in {len(seeds)} games)"
     actions = _action_set(make, seeds[0], env.max_turn)
-    depth = env.max_turn * env.max_actions_per_turn
+    depth = depth or env.max_turn * env.max_actions_per_turn
     while True:
         try:
             bound = best_fixed_plan(make, seeds, actions, depth, markov=env.name != "delayed_choice")
@@ -192,23 +222,45 @@ def _stats(values: list[float]) -> tuple[float, float]:
     return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0) if values else (0.0, 0.0)
 
 
-def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> tuple[float, str]:
-    """(the bar, the verdict line) of a claim from its finished runs."""
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's bar and outcome: ``holds`` is None until every method has 3+ finished seeds."""
+
+    bar: float
+    holds: bool | None
+    line: str
+
+
+def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict:
+    """The claim's verdict from its finished runs: every method (not control) has mean - sd >= bar (and, for a claim
+    from a warm start that already reads, ``needs_gain``, a per-seed RL gain final - start with mean - sd > 0), and
+    every control's mean stays under the bar."""
     finals = {m.name: [r["final"] for r in rows.get(m.name, []) if r["final"] is not None] for m in claim.methods}
     controls = [statistics.fmean(finals[m.name]) for m in claim.methods if m.control and finals[m.name]]
     bar = bound + MARGIN if claim.kind == "reads" else (max(controls) + MARGIN if controls else float("nan"))
-    parts = []
+    parts, oks = [], []
     for m in claim.methods:
         vals = finals[m.name]
         if len(vals) < 3:
             parts.append(f"{m.name}: {len(vals)} of 3+ seeds run")
+            oks.append(None)
             continue
         mean, sd = _stats(vals)
         if m.control:
-            parts.append(f"{m.name}: control {'stays under' if mean < bar else 'REACHES'} the bar")
-        else:
-            parts.append(f"{m.name}: {'holds' if mean - sd >= bar else 'not met'} (mean - sd {mean - sd:.2f})")
-    return bar, "; ".join(parts)
+            oks.append(mean < bar)
+            parts.append(f"{m.name}: control {'stays under' if oks[-1] else 'REACHES'} the bar")
+            continue
+        ok = mean - sd >= bar
+        text = f"mean - sd {mean - sd:.2f}"
+        if claim.needs_gain:
+            gains = [r["final"] - r["start"] for r in rows[m.name] if r["final"] is not None and r["start"] is not None]
+            g_mean, g_sd = _stats(gains)
+            ok = ok and len(gains) >= 3 and g_mean - g_sd > 0
+            text += f"; RL gain over the warm start {g_mean:+.2f} ± {g_sd:.2f}"
+        oks.append(ok)
+        parts.append(f"{m.name}: {'holds' if ok else 'not met'} ({text})")
+    holds = None if None in oks else all(oks)
+    return Verdict(bar, holds, "; ".join(parts))
 
 
 def report(root: Path, claims: tuple[Claim, ...], bounds: dict[str, tuple[float, str]]) -> str:
@@ -222,7 +274,8 @@ def report(root: Path, claims: tuple[Claim, ...], bounds: dict[str, tuple[float,
             if r["claim"] == claim.name:
                 rows.setdefault(r["method"], []).append(r)
         bound, how = bounds[claim.name]
-        bar, verdict = verdicts(claim, bound, rows)
+        verdict = verdicts(claim, bound, rows)
+        bar = verdict.bar
         for m in claim.methods:
             got = rows.get(m.name, [])
             finals = [r["final"] for r in got if r["final"] is not None]
@@ -235,7 +288,9 @@ def report(root: Path, claims: tuple[Claim, ...], bounds: dict[str, tuple[float,
             lines.append(f"| {claim.name} | {label} | {len(finals)} | {start} | {final} | "
                          f"{', '.join(f'{v:.2f}' for v in finals)} | {bound:.2f} | {bar_text} | "
                          f"{sum(r['minutes'] for r in got if r['final'] is not None):.0f} |")
-        notes.append(f"- **{claim.name}**: {claim.what}. Open-loop bound {bound:.2f}: {how}. {verdict}.")
+        outcome = {None: "open", True: "HOLDS", False: "NOT MET"}[verdict.holds]
+        notes.append(f"- **{claim.name}** ({outcome}): {claim.what}. Open-loop bound {bound:.2f}: {how}. "
+                     f"{verdict.line}.")
     return "\n".join(lines + [""] + notes) + "\n"
 
 
@@ -284,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown claim(s) {sorted(unknown)}; known: {[c.name for c in CLAIMS]}")
     args.out.mkdir(parents=True, exist_ok=True)
-    bounds = {c.name: open_loop_bound(_compose(c.methods[0], c.panel)) for c in claims}
+    bounds = {c.name: open_loop_bound(_compose(c.methods[0], c.panel), c.bound_depth) for c in claims}
     for c in claims:
         print(f"[table] {c.name}: open-loop bound {bounds[c.name][0]:.3f} ({bounds[c.name][1]})")
     done = {(r["claim"], r["method"], r["seed"]) for r in load_results(args.out) if r["exit_code"] == 0}

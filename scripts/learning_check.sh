@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The learning checks (pytest marker `learning`, tests/trainer/test_learning.py): minutes-long runs of the default
-# model whose validation success must rise, and negative controls that must not. Prints a table (run: success before ->
-# after, minutes) at the end; extra args go to pytest (e.g. -k credit).
+# The learning checks (pytest marker `learning`: tests/trainer/test_learning.py, and tests/test_learning_table.py, the
+# learning table's met claims on 3 seeds with their controls): minutes-long runs of the default model whose
+# validation success must rise, and negative controls that must not. Prints a table (run: success before -> after,
+# minutes) at the end; extra args go to pytest (e.g. -k credit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh
@@ -9,7 +10,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" RAY_DEDUP_LOGS=0 TOKENIZERS_PARAL
 results="$(mktemp)"
 export RAGEN_LEARNING_RESULTS="$results"
 status=0
-python -m pytest -q -m learning tests/trainer/test_learning.py "$@" || status=$?
+python -m pytest -q -m learning tests/trainer/test_learning.py tests/test_learning_table.py "$@" || status=$?
 python - "$results" <<'PY'
 import json, platform, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]

@@ -34,3 +34,71 @@ def test_every_run_composes_and_validates(claim, method, tmp_path):
 def test_run_folders_are_distinct():
     folders = {table.run_folder(Path("out"), c, m, 0) for c, m in RUNS}
     assert len(folders) == len(RUNS)
+
+
+def _rows(method: str, finals, starts=None):
+    starts = starts or [0.0] * len(finals)
+    return {method: [{"final": f, "start": s} for f, s in zip(finals, starts, strict=True)]}
+
+
+def test_a_reading_claim_needs_mean_minus_sd_at_the_bar_and_its_control_under_it():
+    claim = next(c for c in table.CLAIMS if c.name == "frozen_lake_3x3")
+    method, control = (m.name for m in claim.methods)
+    # bound 0.6875 -> bar 0.8375; method 0.9, 0.9, 0.96: mean 0.92, sd 0.0346 -> mean - sd 0.885 >= bar
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [0.9, 0.9, 0.96]), **_rows(control, [0.69, 0.62, 0.66])})
+    assert v.bar == pytest.approx(0.8375) and v.holds is True, v.line
+    # the same mean with a wide spread: 0.76, 1.0, 1.0 -> mean 0.92, sd 0.139 -> 0.781 < bar
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [0.76, 1.0, 1.0]), **_rows(control, [0.69, 0.62, 0.66])})
+    assert v.holds is False and "mean - sd 0.78" in v.line
+    # a control that reaches the bar (mean 0.85) sinks the claim
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [0.9, 0.9, 0.96]), **_rows(control, [0.85, 0.85, 0.85])})
+    assert v.holds is False and "REACHES" in v.line
+    # two seeds decide nothing
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [1.0, 1.0]), **_rows(control, [0.0, 0.0, 0.0])})
+    assert v.holds is None and "2 of 3+ seeds run" in v.line
+
+
+def test_a_credit_claims_bar_is_its_control_plus_the_margin():
+    claim = next(c for c in table.CLAIMS if c.name == "delayed_choice")
+    method, control = (m.name for m in claim.methods)
+    v = table.verdicts(claim, 1.0, {**_rows(method, [1.0, 1.0, 0.9375]), **_rows(control, [0.0, 0.0, 0.0625])})
+    assert v.bar == pytest.approx(0.0625 / 3 + 0.15) and v.holds is True, v.line
+
+
+def test_an_expert_warm_start_claim_also_needs_the_rl_gain():
+    claim = next(c for c in table.CLAIMS if c.name == "frozen_lake_3x3_expert")
+    method, control = (m.name for m in claim.methods)
+    blind = _rows(control, [0.69, 0.69, 0.62])
+    # above the bar, but the warm start was already there: gains 0, 0, 0 -> not met
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [0.9, 0.9, 0.94], [0.9, 0.9, 0.94]), **blind})
+    assert v.holds is False and "RL gain over the warm start +0.00" in v.line
+    # gains 0.15, 0.1, 0.2: mean 0.15, sd 0.05 -> holds
+    v = table.verdicts(claim, 0.6875, {**_rows(method, [0.9, 0.9, 0.94], [0.75, 0.8, 0.74]), **blind})
+    assert v.holds is True, v.line
+
+
+MET_CLAIMS = ["delayed_choice"]  # the claims the table showed holding (docs/benchmarks.md, "Learning table")
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(4 * 3600)
+@pytest.mark.parametrize("name", MET_CLAIMS)
+def test_a_met_claim_holds_on_three_seeds_with_its_controls(name, tmp_path):
+    """The bench's own protocol: every method and control of the claim on seeds 0, 1, 2, one run at a time."""
+    claim = next(c for c in table.CLAIMS if c.name == name)
+    rows: dict[str, list[dict]] = {}
+    for seed in (0, 1, 2):
+        for method in claim.methods:
+            result = table.run_one(claim, method, seed, tmp_path)
+            assert result["exit_code"] == 0, (tmp_path / "runs.log").read_text()[-3000:]
+            rows.setdefault(method.name, []).append(result)
+    bound, _ = table.open_loop_bound(table._compose(claim.methods[0], claim.panel), claim.bound_depth)
+    verdict = table.verdicts(claim, bound, rows)
+    assert verdict.holds is True, verdict.line
+
+
+def test_the_balanced_twenty_questions_panel_bounds_fixed_guesses_at_one_half():
+    """16 validation games over 8 objects with ``secret_order=cycle``: each object twice, so 4 fixed guesses win 8."""
+    claim = next(c for c in table.CLAIMS if c.name == "twenty_questions_balanced")
+    bound, how = table.open_loop_bound(table._compose(claim.methods[0], claim.panel))
+    assert bound == 0.5 and "8 distinct secrets in 16 games" in how

@@ -10,7 +10,10 @@ cost -1 but no question.
 Secrets are drawn per seed from the shipped table ``ragen/data/twenty_questions/objects.csv`` (135 objects,
 31 yes/no attributes; semantics in that folder's README), or from ``objects_path``: a shipped table's name
 (``SHIPPED_TABLES``: ``full``, or ``small``, the 8 objects of ``objects_small.csv`` that the CPU ArCHer run learns
-on) or a CSV path with the same columns.
+on) or a CSV path with the same columns. ``secret_order``: ``random`` (the object is drawn with the seed's own
+random stream) or ``cycle`` (object ``seed mod n`` of the table): with ``cycle`` any ``k * n`` consecutive seeds hold
+every object ``k`` times, a balanced validation panel on which a player that ignores the answers and guesses
+``max_turns`` fixed objects wins exactly ``max_turns / n`` of the games (``ragen.evaluation.open_loop``).
 
 Scripted oracle (``oracle="scripted"``), in order:
 
@@ -321,6 +324,9 @@ def answer_text(answer: str, *, won: bool, done: bool, questions_left: int, secr
     return f"Answer: {answer}. Questions left: {questions_left}."
 
 
+SECRET_ORDERS = ("random", "cycle")
+
+
 @register("twenty_questions")
 class TwentyQuestionsEnv:
     """Twenty Questions (see the module docstring); config keys are the constructor's keyword arguments."""
@@ -332,9 +338,14 @@ class TwentyQuestionsEnv:
         oracle_max_new_tokens: int = 16,
         max_turns: int = 20,
         objects_path: str | None = None,
+        secret_order: str = "random",
     ) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if secret_order not in SECRET_ORDERS:
+            raise ValueError(f"secret_order={secret_order!r} is not one of {', '.join(SECRET_ORDERS)} (random: drawn "
+                             "per seed; cycle: object seed mod n, a balanced panel over consecutive seeds)")
+        self.secret_order = secret_order
         self.objects_path = str(resolve_objects_path(objects_path))
         self.objects = load_objects(self.objects_path)
         self.index = NameIndex(self.objects)
@@ -349,7 +360,8 @@ class TwentyQuestionsEnv:
         self.done = True
 
     def reset(self, seed: int) -> str:
-        obj = self.objects[random.Random(seed).randrange(len(self.objects))]
+        n = len(self.objects)
+        obj = self.objects[seed % n if self.secret_order == "cycle" else random.Random(seed).randrange(n)]
         self.secret = Secret(obj.name, obj.aliases, obj.attributes, description=f"The object is {obj.name}.")
         self.turns = 0
         self.history = []

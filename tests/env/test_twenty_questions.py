@@ -230,3 +230,22 @@ def test_small_table_expert_wins_every_four_question_game_and_a_fixed_sequence_t
     assert sorted(wins) == ["dog", "elephant"]
     short = E.make("twenty_questions", objects_path="small", max_turns=3)
     assert sum(_play(short, seed, lambda e: e.expert_action())[0] for seed in secrets.values()) == 4
+
+
+def test_cycle_secret_order_balances_consecutive_seeds():
+    env = TwentyQuestionsEnv(objects_path="small", max_turns=4, secret_order="cycle")
+    names = [o.name for o in env.objects]
+    secrets = []
+    for seed in range(100, 116):
+        env.reset(seed)
+        secrets.append(env.secret.name)
+    assert secrets == [names[s % 8] for s in range(100, 116)]
+    assert {secrets.count(n) for n in names} == {2}
+    drawn = TwentyQuestionsEnv(objects_path="small", max_turns=4)  # random: the seed's own stream, uneven
+    counts = []
+    for seed in range(100, 116):
+        drawn.reset(seed)
+        counts.append(drawn.secret.name)
+    assert counts != secrets
+    with pytest.raises(ValueError, match="secret_order='balanced' is not one of random, cycle"):
+        TwentyQuestionsEnv(secret_order="balanced")

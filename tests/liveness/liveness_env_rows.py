@@ -81,6 +81,8 @@ def add_env_rows(t: Table) -> None:
     row("guess_my_city", "min_population", changes(EPISODES, 1000000, when=_ctx("guess_my_city")))
     row("twenty_questions", "objects_path", changes(EPISODES, "small", when=_ctx("twenty_questions")),
         same(EPISODES, "full", when=_ctx("twenty_questions")))
+    row("twenty_questions", "secret_order", changes(EPISODES, "cycle", when=_ctx("twenty_questions")),
+        rejected("balanced", when=_ctx("twenty_questions"), match="secret_order"))
 
     c = _ctx("search_qa")
     for key in ("qa_path", "corpus_path", "index_path"):

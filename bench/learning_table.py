@@ -265,8 +265,8 @@ def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict
 
 def report(root: Path, claims: tuple[Claim, ...], bounds: dict[str, tuple[float, str]]) -> str:
     results = load_results(root)
-    lines = ["| claim | method | seeds | after warm start | final, mean ± sd | per seed | open-loop bound | bar | "
-             "minutes |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| claim | method | seeds | start (after any warm start) | final, mean ± sd | per seed | open-loop "
+             "bound | bar | minutes |", "|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for claim in claims:
         rows: dict[str, list[dict]] = {}

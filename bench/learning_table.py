@@ -67,7 +67,7 @@ class Claim:
 
 
 BLIND = ("agent.observations=blind",)
-EXPERT_WARM_START = ("trainer.sft_warmup_steps=4", "sft.noise=0.0", "actor.lr=2e-5")
+EXPERT_WARM_START = ("trainer.sft_warmup_steps=6", "sft.noise=0.0", "actor.lr=2e-5")
 CLAIMS = (
     Claim("frozen_lake_3x3", "FrozenLake 3x3, 3 turns, greedy validation on 32 maps (train_ppo_multi_turn.sh)", (
         Method("token GAE", "ppo_multi_turn"),
@@ -77,7 +77,7 @@ CLAIMS = (
         Method("bi-level GAE", "ppo_bilevel"),
         Method("bi-level GAE, blind", "ppo_bilevel", BLIND, control=True),
     )),
-    Claim("frozen_lake_3x3_expert", "FrozenLake 3x3 from an expert warm start (4 behaviour-cloning steps on the "
+    Claim("frozen_lake_3x3_expert", "FrozenLake 3x3 from an expert warm start (6 behaviour-cloning steps on the "
           "solver's plans, sft.noise 0), then the same RL: RL's gain over the warm-started policy", (
         Method("token GAE", "ppo_multi_turn"),
         Method("token GAE, blind", "ppo_multi_turn", BLIND, control=True),

@@ -208,12 +208,14 @@ def run_one(claim: Claim, method: Method, seed: int, root: Path) -> dict:
 
 
 def load_results(root: Path) -> list[dict]:
-    """The finished runs, the latest record of each (claim, method, seed)."""
+    """The finished runs (exit code 0), the latest record of each (claim, method, seed). A run that crashed after a
+    validation (a full disk, the memory monitor) is left out: its last validation is not the run's final one."""
     path = root / "results.jsonl"
     latest = {}
     for line in path.read_text().splitlines() if path.is_file() else []:
         r = json.loads(line)
-        latest[(r["claim"], r["method"], r["seed"])] = r
+        if r["exit_code"] == 0:
+            latest[(r["claim"], r["method"], r["seed"])] = r
     return list(latest.values())
 
 
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     bounds = {c.name: open_loop_bound(_compose(c.methods[0], c.panel), c.bound_depth) for c in claims}
     for c in claims:
         print(f"[table] {c.name}: open-loop bound {bounds[c.name][0]:.3f} ({bounds[c.name][1]})")
-    done = {(r["claim"], r["method"], r["seed"]) for r in load_results(args.out) if r["exit_code"] == 0}
+    done = {(r["claim"], r["method"], r["seed"]) for r in load_results(args.out)}
     todo = [(c, m, s) for c in claims for s in args.seeds for m in c.methods if (c.name, m.name, s) not in done]
     if args.plan:
         for c, m, s in todo:

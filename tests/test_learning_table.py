@@ -2,6 +2,7 @@
 overrides the bench passes, its run folder included (a Hydra override value)."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -102,3 +103,15 @@ def test_the_balanced_twenty_questions_panel_bounds_fixed_guesses_at_one_half():
     claim = next(c for c in table.CLAIMS if c.name == "twenty_questions_balanced")
     bound, how = table.open_loop_bound(table._compose(claim.methods[0], claim.panel))
     assert bound == 0.5 and "8 distinct secrets in 16 games" in how
+
+
+def test_a_crashed_run_is_not_a_result(tmp_path):
+    """A run that exited non-zero after its warm-start validation (here: a full disk at its first checkpoint) must
+    not count that validation as its final score; a later finished run of the same seed does."""
+    rec = {"claim": "c", "method": "m", "seed": 0, "start": 0.94, "final": 0.94, "minutes": 10.4}
+    lines = [{**rec, "exit_code": 1}, {**rec, "seed": 1, "exit_code": 0, "final": 1.0}]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert [(r["seed"], r["final"]) for r in table.load_results(tmp_path)] == [(1, 1.0)]
+    with open(tmp_path / "results.jsonl", "a") as f:
+        f.write(json.dumps({**rec, "exit_code": 0, "final": 0.97}) + "\n")
+    assert sorted((r["seed"], r["final"]) for r in table.load_results(tmp_path)) == [(0, 0.97), (1, 1.0)]

@@ -4,7 +4,7 @@ delayed_choice pays 1 after turn 2 iff turn 1 opened the right door, and the two
 "You opened left" / "right" after a long shared prompt. The critic can carry that reward back to turn 1 only if its V
 tells the two turn-2 states apart. These checks pin what the config's critic settings were chosen from: on the whole
 prompt the frozen MiniLM embeddings of the two states are almost the same vector, while the config's critic
-(trainable encoder, the states' latest 32 tokens) learns V(good) - V(bad) and A(s1, right) - A(s1, left) near 1.
+(trainable encoder, the states' latest 96 tokens) learns V(good) - V(bad) and A(s1, right) - A(s1, left) near 1.
 """
 
 import importlib.util

@@ -1,6 +1,7 @@
 """Memory: every process reports its RSS each step, stays under a cap, and does not grow from step to step (a
 leak would: e.g. state dicts or rollouts kept alive across steps). Tiny model, Ray workers, multi-turn episodes."""
 
+import mmap
 import os
 
 from trainer_helpers import PROCESSES, read_metrics, rss_without_growth, tiny_overrides
@@ -13,11 +14,14 @@ CAP_GB = 4.0  # per process, tiny model (the default model's budget is in bench/
 
 
 def test_memory_helpers_read_this_process():
+    # A fresh anonymous mapping, not a bytearray: ragen's allocator tuning serves even 200 MiB from glibc's heap, which
+    # may reuse pages an earlier test left resident, so RSS would not move.
     before = rss_gb()
-    block = bytearray(200 * 1024 * 1024)  # 200 MiB, touched
-    block[::4096] = b"x" * len(block[::4096])
+    block = mmap.mmap(-1, 200 * 1024 * 1024)  # 200 MiB, every page touched below
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1
     assert rss_gb() > before + 0.15 and peak_rss_gb() >= rss_gb() - 1e-3
-    del block
+    block.close()
     release_free_memory()
     assert set(memory_stats()) == {"rss_gb", "peak_gb"}
 

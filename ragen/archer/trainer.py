@@ -34,6 +34,7 @@ size 1 (``tests/archer/test_archer_world_size.py``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -57,6 +58,7 @@ from ragen.trainer.derived import actor_worker_config, world_size
 from ragen.trainer.driver import Driver
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
+from ragen.utils.memory import release_free_memory
 from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
 
@@ -147,6 +149,7 @@ class ArcherTrainer(Driver):
         start = time.perf_counter()
         with timed("rollout", t):
             batch = self.proxy.rollout("train", responder=self._chai_responder if name == "chai" else None)
+            self._free_engine_memory()
         metrics.update(batch.metrics)
         with timed("store", t):
             records, rewards = transitions_from_batch(batch, self._decode, a.gamma, self.episodes_seen)
@@ -170,6 +173,21 @@ class ArcherTrainer(Driver):
         return metrics
 
     # ------------------------------------------------------------------ phases
+    def _free_engine_memory(self) -> None:
+        """After a rollout or a sampling of buffer states: drop the KV caches the engine kept for a next turn
+        (``HFEngine.retain_prefixes``; nothing extends a finished episode) and hand the freed pages back to the OS
+        (``release_free_memory``). The ``hf`` engine lives in this process, and with the tuned allocator its freed
+        caches and activations would otherwise stay resident through the critic and actor updates."""
+        retain = getattr(self.engine, "retain_prefixes", None)
+        if retain is not None:
+            retain([])
+        release_free_memory()
+
+    def _one_off(self) -> Any:
+        """A context for sampling replay-buffer states: the ``hf`` engine keeps no KV caches for a next turn there
+        (``HFEngine.prefix_cache_paused``), since no later call extends these sequences."""
+        return getattr(self.engine, "prefix_cache_paused", contextlib.nullcontext)()
+
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -183,7 +201,8 @@ class ArcherTrainer(Driver):
     def _fresh_actions(self, records: list[Transition], salt: int) -> list[Any]:
         """A new response of the current policy for each record's state (a_pi ~ pi(.|s)): engine samples."""
         prompts = [r.prompt_ids for r in records]
-        return self.engine.generate(prompts, self._fresh_sampling(prompts, salt))
+        with self._one_off():
+            return self.engine.generate(prompts, self._fresh_sampling(prompts, salt))
 
     def _fresh_sampling(self, prompts: list[list[int]], salt: int) -> SamplingParams:
         return self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.step * 31 + salt)
@@ -194,7 +213,8 @@ class ArcherTrainer(Driver):
         if self.cfg.algorithm.name != "chai":
             return self._fresh_actions(records, salt)
         prompts = [r.prompt_ids for r in records]
-        return self._best_of_k(prompts, self._fresh_sampling(prompts, salt))
+        with self._one_off():
+            return self._best_of_k(prompts, self._fresh_sampling(prompts, salt))
 
     def _best_of_k(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
         critic = self.workers["critic"]
@@ -205,6 +225,7 @@ class ArcherTrainer(Driver):
         a = self.cfg.archer
         sample = self.buffer.sample(a.critic_epochs * a.batch_size)
         pi = [self._decode(list(s.token_ids)) for s in self._agent_actions(sample, salt=1)]
+        self._free_engine_memory()
         return self.workers["critic"].call(
             "update", states=[r.state for r in sample], actions=[r.action for r in sample],
             rewards=[r.reward for r in sample], next_states=[r.next_state for r in sample],
@@ -218,6 +239,7 @@ class ArcherTrainer(Driver):
         for epoch in range(a.actor_epochs):
             sample = self.buffer.sample(a.batch_size)
             fresh = self._fresh_actions(sample, salt=100 + epoch)
+            self._free_engine_memory()
             ids = [list(s.token_ids) or [self.proxy.fmt.eot_id] for s in fresh]
             adv = self.workers["critic"].call("advantages", states=[r.state for r in sample],
                                               actions=[self._decode(x) for x in ids])
@@ -290,6 +312,7 @@ class ArcherTrainer(Driver):
         responder = self._chai_responder if self.cfg.algorithm.name == "chai" else None
         with rng_preserved(), timed("validation", t):
             batch = self.val_proxy.rollout("val", responder=responder)
+            self._free_engine_memory()
         phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl",
                            episode_records(batch))
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)

@@ -16,8 +16,10 @@ Layout of the batch :func:`cached_prefill` builds, for row i with ``c_i`` cached
 with position ids ``c_i, c_i + 1, ...`` on the suffix, so every token keeps the position (and the rotary phase of
 its cached keys) it has in its own sequence. Rows without a stored prefix have ``c_i = 0``.
 
-The store holds one call's sequences (entries the next call does not extend are dropped then) and is cleared when
-the weights change. Memory: 2 x layers x kv_heads x head_dim values per token, 46 KB a token in fp32 for the
+The store holds one call's sequences (entries the next call does not extend are dropped as it starts, before its
+prefill) and is cleared when the weights change. A caller that plays one of several samples per prompt keeps only
+the played ones (``HFEngine.retain_prefixes``, CHAI's best of k); a one-off sampling that no call extends runs with
+the store paused (``HFEngine.prefix_cache_paused``). Memory: 2 x layers x kv_heads x head_dim values per token, 46 KB a token in fp32 for the
 default 135M model (30 layers, 3 KV heads of 64), e.g. ~0.9 GB for 32 episodes of 600 tokens.
 """
 
@@ -51,9 +53,16 @@ class PrefixStore:
         self.fresh: list[tuple[list[int], KV]] = []  # saved during this call, looked up by the next one
         self.hits = self.reused_tokens = 0
 
-    def begin(self) -> None:
-        """Start a call: the sequences saved by the previous call become the ones to look up."""
-        self.entries, self.fresh = self.fresh, []
+    def begin(self, prompts: list[list[int]]) -> None:
+        """Start a call on ``prompts``: the sequences saved by the previous call that one of them extends become the
+        ones to look up; the others are dropped now, before this call's prefill adds its own caches."""
+        self.entries = [(ids, kv) for ids, kv in self.fresh if _extended(ids, prompts, proper=True)]
+        self.fresh = []
+
+    def retain(self, sequences: list[list[int]]) -> None:
+        """Keep only the saved sequences that are a prefix of one of ``sequences`` (a caller that plays one of
+        several samples per prompt, e.g. CHAI's best of k, drops the caches of the samples it discarded)."""
+        self.fresh = [(ids, kv) for ids, kv in self.fresh if _extended(ids, sequences, proper=False)]
 
     def clear(self) -> None:
         self.entries, self.fresh = [], []
@@ -82,6 +91,12 @@ class PrefixStore:
                 continue
             kv = [(x.keys[row][:, real].clone(), x.values[row][:, real].clone()) for x in layers]
             self.fresh.append((list(seq), kv))
+
+
+def _extended(ids: list[int], sequences: list[list[int]], proper: bool) -> bool:
+    """Whether some sequence starts with ``ids`` (and, if ``proper``, has at least one token more)."""
+    n = len(ids) + (1 if proper else 0)
+    return any(len(seq) >= n and seq[: len(ids)] == ids for seq in sequences)
 
 
 def cached_prefill(model: Any, prompts: list[list[int]], hits: list[tuple[list[int], KV] | None], pad_id: int,

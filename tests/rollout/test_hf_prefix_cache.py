@@ -68,7 +68,37 @@ def test_new_weights_and_unrelated_prompts_do_not_reuse(default_tokenizer):
     cached.generate(next_prompts(first), greedy)
     assert cached.prefix_store.hits == 0  # the keys and values of the old weights are gone
     cached.generate([[5, 6, 7]], greedy)  # only the last call's sequences are kept, and these do not extend them
-    assert cached.prefix_store.hits == 0 and len(cached.prefix_store.entries) == 3
+    assert cached.prefix_store.hits == 0 and cached.prefix_store.entries == []
+
+
+def test_a_call_drops_the_sequences_it_does_not_extend_and_retain_keeps_the_played_ones(default_tokenizer):
+    cached, plain = engines(default_tokenizer)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
+    first = cached.generate(TURN1, greedy)
+    turn2 = next_prompts(first)[:2]  # the third episode ended: its cache is dropped before this call's prefill
+    again = cached.generate(turn2, greedy)
+    assert cached.prefix_store.hits == 2
+    kept = sorted(ids for ids, _ in cached.prefix_store.entries)  # saved in the order rows left the batch
+    assert kept == sorted(p + s.token_ids[:-1] for p, s in zip(TURN1[:2], first[:2], strict=True))
+    assert [s.token_ids for s in again] == [s.token_ids for s in plain.generate(turn2, greedy)]
+    saved = [ids for ids, _ in cached.prefix_store.fresh]
+    assert len(saved) == 2
+    cached.retain_prefixes([turn2[1] + again[1].token_ids + [99]])  # only the second one will be continued
+    assert [ids for ids, _ in cached.prefix_store.fresh] == [turn2[1] + again[1].token_ids[:-1]]
+    plain.retain_prefixes([[1]])  # without a prefix cache: nothing to keep, no error
+
+
+def test_a_paused_cache_neither_keeps_nor_uses_and_the_kept_caches_survive_the_pause(default_tokenizer):
+    cached, plain = engines(default_tokenizer)
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=4)
+    first = cached.generate(TURN1, greedy)
+    store = cached.prefix_store
+    with cached.prefix_cache_paused():
+        one_off = cached.generate(next_prompts(first), greedy)  # would hit all 3 unpaused
+    assert store.hits == 0 and len(store.fresh) == 3 and cached.prefix_store is store
+    assert [s.token_ids for s in one_off] == [s.token_ids for s in plain.generate(next_prompts(first), greedy)]
+    cached.generate(next_prompts(first), greedy)
+    assert store.hits == 3
 
 
 def test_trainer_turns_the_cache_on_for_multi_turn_envs_only(tmp_path, default_tokenizer):

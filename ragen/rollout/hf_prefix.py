@@ -19,8 +19,9 @@ its cached keys) it has in its own sequence. Rows without a stored prefix have `
 The store holds one call's sequences (entries the next call does not extend are dropped as it starts, before its
 prefill) and is cleared when the weights change. A caller that plays one of several samples per prompt keeps only
 the played ones (``HFEngine.retain_prefixes``, CHAI's best of k); a one-off sampling that no call extends runs with
-the store paused (``HFEngine.prefix_cache_paused``). Memory: 2 x layers x kv_heads x head_dim values per token, 46 KB a token in fp32 for the
-default 135M model (30 layers, 3 KV heads of 64), e.g. ~0.9 GB for 32 episodes of 600 tokens.
+the store paused (``HFEngine.prefix_cache_paused``). Memory: 2 x layers x kv_heads x head_dim values per token,
+46 KB a token in fp32 for the default 135M model (30 layers, 3 KV heads of 64), e.g. ~0.9 GB for 32 episodes of 600
+tokens.
 """
 
 from __future__ import annotations

@@ -208,7 +208,8 @@ def run_one(claim: Claim, method: Method, seed: int, root: Path) -> dict:
 
 
 def load_results(root: Path) -> list[dict]:
-    """The finished runs (exit code 0), the latest record of each (claim, method, seed). A run that crashed after a
+    """The finished runs (exit code 0), the latest record of each (claim, method, seed), in seed order (the report's
+    "per seed" column reads seed 0, 1, 2 whatever order the runs finished in). A run that crashed after a
     validation (a full disk, the memory monitor) is left out: its last validation is not the run's final one."""
     path = root / "results.jsonl"
     latest = {}
@@ -216,7 +217,7 @@ def load_results(root: Path) -> list[dict]:
         r = json.loads(line)
         if r["exit_code"] == 0:
             latest[(r["claim"], r["method"], r["seed"])] = r
-    return list(latest.values())
+    return [latest[key] for key in sorted(latest)]
 
 
 # ----------------------------------------------------------------------------------------------- report

@@ -115,3 +115,15 @@ def test_a_crashed_run_is_not_a_result(tmp_path):
     with open(tmp_path / "results.jsonl", "a") as f:
         f.write(json.dumps({**rec, "exit_code": 0, "final": 0.97}) + "\n")
     assert sorted((r["seed"], r["final"]) for r in table.load_results(tmp_path)) == [(0, 0.97), (1, 1.0)]
+
+
+def test_the_per_seed_column_is_in_seed_order(tmp_path):
+    """Runs finish in any order (two streams, re-runs); the report's per-seed values read seed 0, 1, 2."""
+    claim = table.CLAIMS[0]
+    recs = [{"claim": claim.name, "method": claim.methods[0].name, "seed": seed, "exit_code": 0, "start": 0.0,
+             "final": final, "minutes": 1.0} for seed, final in [(2, 0.25), (0, 0.5), (1, 0.75)]]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert [r["seed"] for r in table.load_results(tmp_path)] == [0, 1, 2]
+    text = table.report(tmp_path, (claim,), {claim.name: (0.5, "a fixed plan")})
+    row = next(line for line in text.splitlines() if line.startswith(f"| {claim.name} | {claim.methods[0].name} |"))
+    assert "| 0.50, 0.75, 0.25 |" in row

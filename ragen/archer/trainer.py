@@ -104,7 +104,8 @@ class ArcherTrainer(Driver):
         wt = builders.worker_threads(cfg)
         self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
                                                     model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
-                                                    role="actor", num_threads=wt)
+                                                    role="actor", num_threads=wt,
+                                                    attn_implementation=cfg.model.attn_implementation)
         self.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
         self.announce()  # the start-up block, as the dry run shows it
         self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)

@@ -149,14 +149,17 @@ def export_tokenizer(out_dir: str | Path, name_or_path: str = DEFAULT_MODEL, cac
 
 
 def load_model(
-    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, cache_dir: str | None = None
+    name_or_path: str = DEFAULT_MODEL, *, dtype: torch.dtype = torch.float32, cache_dir: str | None = None,
+    attn_implementation: str | None = None,
 ) -> PreTrainedModel:
     """Load a causal LM (on CPU, ``dtype``) whose config/generation_config eos/pad ids match ``load_tokenizer``.
 
+    ``attn_implementation``: transformers' name (``sdpa``, ``eager``, ``flash_attention_2``; resolve ``auto`` with
+    ``ragen.models.attention.resolve_attn_implementation`` first); None = transformers' default (``sdpa``).
     Train/eval mode is left as transformers sets it; callers choose.
     """
     path = resolve_model_path(name_or_path, cache_dir)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
     tokenizer = AutoTokenizer.from_pretrained(path)
     fix_special_tokens(tokenizer)
     sync_model_special_tokens(model, tokenizer)

@@ -21,11 +21,13 @@ def tiny_model(
     num_heads: int = 4,
     seed: int = 0,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    attn_implementation: str | None = None,
 ) -> PreTrainedModel:
     """Build a random ``LlamaForCausalLM`` (fp32, CPU) with the vocab and special-token ids of ``tokenizer``.
 
     ``tokenizer`` defaults to ``load_tokenizer(DEFAULT_MODEL)``. ``seed`` fixes the weights without touching the
     global RNG state. MLP width is 4 x hidden, key/value heads are half the query heads (at least 1).
+    ``attn_implementation`` as in ``load_model`` (None: ``sdpa``).
     """
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size={hidden_size} must be divisible by num_heads={num_heads}")
@@ -44,6 +46,7 @@ def tiny_model(
         bos_token_id=tok.bos_token_id,
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
+        attn_implementation=attn_implementation,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -109,11 +109,12 @@ class ValueModel(nn.Module):
         save_file(head, str(directory / HEAD_FILE))
 
     @classmethod
-    def load(cls, directory: str | Path, dtype: torch.dtype = torch.float32) -> ValueModel:
-        """Inverse of ``save``."""
+    def load(cls, directory: str | Path, dtype: torch.dtype = torch.float32,
+             attn_implementation: str | None = None) -> ValueModel:
+        """Inverse of ``save``; ``attn_implementation`` as in ``ragen.models.load_model`` (None: ``sdpa``)."""
         directory = Path(directory)
         if not (directory / HEAD_FILE).is_file():
             raise FileNotFoundError(f"{directory} has no {HEAD_FILE}; expected a folder written by ValueModel.save")
-        model = cls(AutoModel.from_pretrained(directory, dtype=dtype))
+        model = cls(AutoModel.from_pretrained(directory, dtype=dtype, attn_implementation=attn_implementation))
         model.head.load_state_dict(load_file(str(directory / HEAD_FILE)))
         return model.to(dtype)

@@ -159,19 +159,19 @@ def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None
 
     threads = worker_threads(cfg)
     actor_cfg = actor_worker_config(cfg)
-    pg = placement_group
+    pg, attn = placement_group, cfg.model.attn_implementation
     groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", pg, model_name_or_path=model_path,
                                                   cfg=actor_cfg, role="actor", num_threads=threads,
-                                                  value_head=shared_value_head(cfg))}
+                                                  value_head=shared_value_head(cfg), attn_implementation=attn)}
     groups["ref"] = None
     if needs_ref(cfg):
         groups["ref"] = make_group(cfg, PolicyWorker, "ref", pg, model_name_or_path=model_path, cfg=actor_cfg,
-                                   role="ref", num_threads=threads)
+                                   role="ref", num_threads=threads, attn_implementation=attn)
     groups["critic"] = None
     if critic_worker_needed(cfg):
         groups["critic"] = make_group(cfg, CriticWorker, "critic", pg,
                                       model_name_or_path=cfg.critic.model_path or model_path,
-                                      cfg=critic_worker_config(cfg), num_threads=threads)
+                                      cfg=critic_worker_config(cfg), num_threads=threads, attn_implementation=attn)
     return groups
 
 
@@ -223,6 +223,31 @@ def precision_summary(cfg: TrainConfig) -> str:
     return line + (f"; auto: {auto_reason}" if auto_reason else "")
 
 
+def attention_summary(cfg: TrainConfig) -> str:
+    """One log line: the attention implementation the actor (and a critic of its own) run on this run's device,
+    ``model.attn_implementation`` resolved as the workers resolve it (``ragen.models.attention``), and the packing of
+    micro-batches it selects (``ragen.models.packing``)."""
+    from ragen.models.attention import resolve_attn_implementation
+    from ragen.models.packing import packing_for
+
+    roles = {"actor": cfg.actor.mixed_precision}
+    if cfg.algorithm.name == "ppo" and critic_worker_needed(cfg):
+        roles["critic"] = cfg.critic.mixed_precision
+    resolved = {role: resolve_attn_implementation(cfg.model.attn_implementation, device(cfg), precision)
+                for role, precision in roles.items()}
+
+    def named(impl: str) -> str:
+        kind = packing_for(impl)
+        return f"{impl} ({kind} packing)" if kind else f"{impl} (unpacked)"
+
+    impls = {impl for impl, _ in resolved.values()}
+    line = "[ragen] attention " + (named(impls.pop()) if len(impls) == 1 else
+                                   ", ".join(f"{role}={named(impl)}" for role, (impl, _) in resolved.items()))
+    if cfg.model.attn_implementation == "auto":
+        line += "; auto: " + "; ".join(dict.fromkeys(why for _, why in resolved.values()))
+    return line
+
+
 def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None) -> str:
     """The run's start-up block for the console: model, precision, device and workers, env, estimator (the ArCHer
     family: its replay loop and algorithm), sizes and where the run writes (run folder, and the log file under the
@@ -244,6 +269,7 @@ def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None
     lines = [
         f"[ragen] model     {cfg.model.path}" + (" (tiny random)" if cfg.model.tiny else "") + f" <- {model_path}",
         precision_summary(cfg),
+        attention_summary(cfg),
         workers,
         f"[ragen] envs      train {_mix(env_mix.train_groups(cfg), ro.group_size)}; "
         f"validation {_mix(env_mix.val_groups(cfg), ro.val_group_size)}",

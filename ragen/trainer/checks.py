@@ -9,9 +9,11 @@ them together as one :class:`ragen.trainer.config.ConfigError`.
 
 from __future__ import annotations
 
+from ragen.models.attention import ATTN_IMPLEMENTATIONS, FLASH, flash_problems
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import (
     CHARS_PER_TOKEN,
+    critic_worker_needed,
     device,
     needs_critic,
     total_gpus,
@@ -219,3 +221,18 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
         out.append(f"agent.response_prefix={a.response_prefix!r} is not how an expert answer starts ({full!r}...); "
                    "use '' or the opening answer tag with agent.think=false for a warm start")
     return out
+
+
+def check_attention(cfg: TrainConfig) -> list[str]:
+    """``model.attn_implementation``: a known value; ``flash_attention_2`` only where it runs (flash_attn importable,
+    a CUDA device, bf16 compute for every role that loads the model with it)."""
+    value = cfg.model.attn_implementation
+    if value not in ATTN_IMPLEMENTATIONS:
+        return [f"model.attn_implementation={value!r} is unknown; use one of {', '.join(ATTN_IMPLEMENTATIONS)} "
+                "(auto = flash_attention_2 where flash-attn runs, else sdpa)"]
+    if value != FLASH or device(cfg) not in ("cpu", "cuda"):  # check_trainer names an unknown trainer.device
+        return []
+    roles = {"actor": cfg.actor.mixed_precision}
+    if cfg.algorithm.name == "ppo" and critic_worker_needed(cfg):
+        roles["critic"] = cfg.critic.mixed_precision
+    return [f"model.attn_implementation={FLASH} cannot run here: {why}" for why in flash_problems(device(cfg), roles)]

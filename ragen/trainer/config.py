@@ -37,6 +37,10 @@ class ModelSection:
     ``path``: an alias (``smollm2-135m-instruct``, the packaged default), a hub id or a local folder.
     ``tiny=true`` builds a small random model of the same family instead (tests); its tokenizer comes from
     ``tokenizer_path`` or ``path``. ``cache_dir``: where converted / generated weights are cached.
+    ``attn_implementation``: the attention of every model that trains or computes log-probs (actor, reference,
+    critic): ``auto`` (``flash_attention_2`` where flash_attn is installed, the device is CUDA and compute is bf16,
+    else ``sdpa``), ``sdpa``, ``eager`` or ``flash_attention_2`` (``ragen.models.attention``); it selects how
+    micro-batches are packed (``ragen.models.packing``).
     """
 
     path: str = "smollm2-135m-instruct"
@@ -47,6 +51,7 @@ class ModelSection:
     tiny_num_heads: int = 4
     tiny_seed: int = 0
     cache_dir: str | None = None
+    attn_implementation: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ problems and raises one :class:`ConfigError`; ``ragen.launch.validate`` picks it
 
 from __future__ import annotations
 
-from ragen.trainer.checks import check_agent, check_env, check_trainer, check_warm_start
+from ragen.trainer.checks import check_agent, check_attention, check_env, check_trainer, check_warm_start
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import (
     GROUP_ESTIMATORS,
@@ -172,7 +172,7 @@ def validate_ppo(cfg: TrainConfig) -> None:
         envs = per_env_configs(cfg)
     except ConfigError as exc:  # a rollout.train_envs / val_envs entry that names no env config
         raise ConfigError(exc.problems + check_trainer(cfg)) from None
-    problems = check_algorithm(cfg) + check_trainer(cfg) + check_inert(cfg)
+    problems = check_algorithm(cfg) + check_trainer(cfg) + check_attention(cfg) + check_inert(cfg)
     for sub in envs:  # each env of the run with its own turn limits, prompts and expert
         problems += check_env(sub) + check_credit(sub) + check_agent(sub) + check_warm_start(sub)
     problems = list(dict.fromkeys(problems))

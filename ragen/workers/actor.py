@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss, value_loss
+from ragen.models.attention import resolve_attn_implementation
 from ragen.models.value_head import HEAD_FILE, zero_value_head
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
@@ -32,13 +33,16 @@ from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 ROLES = ("actor", "ref")
 
 
-def build_causal_lm(model_name_or_path: str, tiny: dict | None, cache_dir: str | None):
-    """Load the policy LM in fp32 (master weights): ``tiny_model(**tiny)`` for tests, else ``load_model``."""
+def build_causal_lm(model_name_or_path: str, tiny: dict | None, cache_dir: str | None,
+                    attn_implementation: str | None = None):
+    """Load the policy LM in fp32 (master weights): ``tiny_model(**tiny)`` for tests, else ``load_model``; with
+    ``attn_implementation`` (a resolved one: ``ragen.models.attention``; None = transformers' default)."""
     from ragen.models import load_model, tiny_model
 
     if tiny is not None:
-        return tiny_model(**tiny)
-    return load_model(model_name_or_path, dtype=torch.float32, cache_dir=cache_dir)
+        return tiny_model(**tiny, attn_implementation=attn_implementation)
+    return load_model(model_name_or_path, dtype=torch.float32, cache_dir=cache_dir,
+                      attn_implementation=attn_implementation)
 
 
 def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.Tensor, b: TrainBatch,
@@ -83,13 +87,15 @@ class PolicyWorker:
     ``cache_dir`` (converted-model cache), ``num_threads`` (torch intra-op threads of this rank; Ray sets
     OMP_NUM_THREADS from the actor's CPUs, 1 for fractional CPUs, so co-located groups that take turns on the
     same cores should pass the core count here), ``value_head`` (the actor is also the critic: a value head on its
-    backbone, trained jointly; ``compute_values`` as ``CriticWorker``'s).
+    backbone, trained jointly; ``compute_values`` as ``CriticWorker``'s), ``attn_implementation``
+    (``model.attn_implementation``; ``auto`` is resolved on this rank's device with ``cfg.mixed_precision``:
+    ``ragen.models.attention``; the resolved name is ``self.attn_implementation``).
     """
 
     def __init__(self, model_name_or_path: str, cfg: ActorConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, role: str = "actor",
                  tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None,
-                 value_head: SharedValueHead | None = None):
+                 value_head: SharedValueHead | None = None, attn_implementation: str = "auto"):
         if role not in ROLES:
             raise ValueError(f"role={role!r} is unknown; use one of {ROLES}")
         self.cfg, self.rank, self.world_size, self.role = cfg, rank, world_size, role
@@ -100,7 +106,8 @@ class PolicyWorker:
         redirect_worker_output()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
-        lm = build_causal_lm(model_name_or_path, tiny, cache_dir)
+        self.attn_implementation = resolve_attn_implementation(attn_implementation, self.device, cfg.mixed_precision)[0]
+        lm = build_causal_lm(model_name_or_path, tiny, cache_dir, self.attn_implementation)
         self.lora = cfg.lora and role == "actor"
         if self.lora:
             add_lora(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)

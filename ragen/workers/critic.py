@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from ragen.algorithms.losses import value_loss
+from ragen.models.attention import resolve_attn_implementation
 from ragen.models.value_head import HEAD_FILE, ValueModel
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
@@ -24,7 +25,7 @@ from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 
 
 class CriticWorker:
-    """One rank of the critic group. Same constructor arguments as ``PolicyWorker`` (no role).
+    """One rank of the critic group. Same constructor arguments as ``PolicyWorker`` (no role, no value head).
 
     ``model_name_or_path`` is either a causal LM (alias, folder, hub id: the backbone is initialised from it and
     the head from zero) or a folder written by ``save`` (backbone + ``value_head.safetensors``).
@@ -32,7 +33,7 @@ class CriticWorker:
 
     def __init__(self, model_name_or_path: str, cfg: CriticConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, tiny: dict | None = None,
-                 cache_dir: str | None = None, num_threads: int | None = None):
+                 cache_dir: str | None = None, num_threads: int | None = None, attn_implementation: str = "auto"):
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         if num_threads:
             torch.set_num_threads(num_threads)
@@ -40,10 +41,12 @@ class CriticWorker:
         redirect_worker_output()
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        self.attn_implementation = resolve_attn_implementation(attn_implementation, self.device, cfg.mixed_precision)[0]
         if tiny is None and (Path(model_name_or_path) / HEAD_FILE).is_file():
-            model = ValueModel.load(model_name_or_path)
+            model = ValueModel.load(model_name_or_path, attn_implementation=self.attn_implementation)
         else:
-            model = ValueModel.from_causal_lm(build_causal_lm(model_name_or_path, tiny, cache_dir))
+            model = ValueModel.from_causal_lm(build_causal_lm(model_name_or_path, tiny, cache_dir,
+                                                              self.attn_implementation))
         if cfg.gradient_checkpointing:
             model.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.module = D.shard_model(model, model.layers, device=self.device, mixed_precision=cfg.mixed_precision)

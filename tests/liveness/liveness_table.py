@@ -80,6 +80,11 @@ t.add("model.tiny", changes(REAL_SLOW, False))
 for key, value in (("tiny_hidden_size", 32), ("tiny_num_layers", 1), ("tiny_num_heads", 2), ("tiny_seed", 1)):
     t.add(f"model.{key}", changes(REAL, value), rejected(value, when="model.tiny=false"))
 t.allow("model.cache_dir", "path: where converted and tiny models are cached")
+t.add("model.attn_implementation", same(STEP, "sdpa"), invariant(STEP, "eager", tol=ADAM_TOL),
+      rejected("flash_attention_2", "flex"),
+      note="auto: flash_attention_2 where flash_attn is installed, the device is CUDA and compute is bf16, else sdpa; "
+           "flash_attention_2 is refused here (CPU); on CUDA tests/workers/test_gpu_attention.py bounds it against "
+           "sdpa in bf16")
 
 # ---- actor: optimizer and batching (the workers' Trainable), loss (policy_objective, every estimator and layout)
 t.add("actor.lr", changes(ACTOR_OPT, 1e-4))

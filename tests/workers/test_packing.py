@@ -53,7 +53,7 @@ def batch_with_prefix(prefix_len: int = 40, seed: int = 0) -> tuple[torch.Tensor
 def test_when_packing_applies():
     ids, mask = batch_with_prefix()
     assert plan_packing(ids, mask, "sdpa") is not None and plan_packing(ids, mask, "eager") is not None
-    assert plan_packing(ids, mask, "flash_attention_2") is None  # no 4D masks there
+    assert plan_packing(ids, mask, "flash_attention_2").mask is None  # no 4D masks there: position-id packing
     assert plan_packing(ids[:1], mask[:1], "sdpa") is None  # one row: nothing to share
     left = torch.flip(mask, dims=[1])
     assert plan_packing(torch.flip(ids, dims=[1]), left, "sdpa") is None  # left padding: not packed

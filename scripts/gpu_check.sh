@@ -17,8 +17,9 @@
 #                                    turns, sleep / wake
 #   tests_runs      140 s   110 s    3-step multi-turn run colocated on the GPU; a run killed after step 2 and
 #                                    resumed equals an unbroken one
-#   tests_optional   80 s    60 s    3-step run with Ray workers in the GPU placement group, wandb offline (each
-#                                    reports "skipped (missing ray)" / "skipped (missing wandb)" without its wheel)
+#   tests_optional   80 s    60 s    3-step run with Ray workers in the GPU placement group, wandb offline, flash-attn
+#                                    against sdpa (each reports "skipped (missing ray)" / "skipped (missing wandb)" /
+#                                    skipped without flash_attn, which no wheel profile carries)
 #   bench_train      75 s     -      bench/gpu_bench.py train: actor update against a bare torch loop, MFU (0.5B
 #                                    and 3B shapes)
 #   bench_generate   45 s     -      bench/gpu_bench.py generate: hf engine against transformers' generate,
@@ -76,6 +77,7 @@ TESTS_RUNS=(
 TESTS_OPTIONAL=(
     tests/trainer/test_gpu_runs.py::test_multi_turn_run_with_ray_workers_on_one_gpu
     tests/trainer/test_gpu_runs.py::test_run_logs_to_wandb_offline
+    tests/workers/test_gpu_attention.py::test_varlen_attention_matches_sdpa_in_bf16
 )
 BENCH_ARGS=()
 [ "$MODE" = rehearsal ] && BENCH_ARGS=(--device cpu --tiny)

@@ -18,6 +18,11 @@ from torch import Tensor
 from ragen.algorithms.masked import masked_mean
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+# |log pi - log pi_old| is clamped to this before exp in the PPO ratio (as verl does): exp(89) already overflows
+# float32, and one inf ratio would make the loss and every gradient of its mini-batch non-finite, which skips the
+# whole optimizer step. Within the bound the ratio is exact; beyond it the token sits far outside the clip range,
+# where the clipped surrogate takes no gradient from it anyway (except through the dual clip's cap, which is flat).
+LOG_RATIO_CLAMP = 20.0
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
 
 
@@ -75,7 +80,8 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with clip-higher and optional dual clip.
 
-    Per token: ratio = exp(log_probs - old_log_probs);
+    Per token: ratio = exp(clamp(log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) (an extreme gap
+    gives a large finite ratio instead of inf, see :data:`LOG_RATIO_CLAMP`);
     loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)) (DAPO's decoupled clip range);
     with ``dual_clip = c > 1`` (Ye et al. 2020), tokens with A < 0 are further capped at -A * c.
     ``is_weights``: (B, T) detached rollout-correction weights (``ragen.algorithms.rollout_correction``), which
@@ -89,6 +95,7 @@ def policy_loss(
         raise ValueError(f"clip_low={clip_low} and clip_high={clip_high} must be >= 0")
     m = mask.bool()
     log_ratio = torch.where(m, log_probs - old_log_probs, torch.zeros_like(log_probs))
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)

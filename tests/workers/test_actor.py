@@ -191,3 +191,18 @@ def test_tiny_kwarg_and_local_group_world_size():
     assert g.worker.config.vocab_size == 49152
     with pytest.raises(ValueError, match="world_size=1 only"):
         LocalWorkerGroup(PolicyWorker, world_size=2)
+
+
+def test_one_extreme_log_prob_gap_does_not_skip_the_step(batch):
+    # a stale or corrupt old log-prob 100 nats below the current one on one token: its ratio is clamped (e^20), so
+    # the mini-batch's gradient stays finite and the optimizer step runs instead of being skipped
+    old = batch.old_log_probs.clone()
+    row, col = 0, int(batch.response_mask[0].nonzero()[-1])
+    old[row, col] -= 100.0
+    adv = batch.advantages.clone()
+    adv[row, col] = -1.0
+    g = actor()
+    before = g.call_rank0("full_state_dict")
+    m = g.call("update", batch.with_fields(old_log_probs=old, advantages=adv))
+    assert m["actor/skipped_steps"] == 0.0 and math.isfinite(m["actor/grad_norm"])
+    assert _max_diff(before, g.call_rank0("full_state_dict")) > 1e-4

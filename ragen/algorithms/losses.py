@@ -41,9 +41,10 @@ def aggregate_loss(
     seq-mean-token-sum: sum over sequences of each sequence's token sum / num_seqs.
     seq-mean-token-mean: sum over sequences of each sequence's token mean / num_seqs.
     A sequence is an episode: one row in the ``trajectory`` layout, several turn rows in the ``turn`` layout.
-    ``seq_tokens`` (B,): the masked-token count of each row's sequence over the whole mini-batch (None: the row's
-    own count, every row its own sequence); a row's token sum is divided by it for seq-mean-token-mean, so the
-    rows of one episode add up to the episode's token mean. num_seqs defaults to the number of sequences here,
+    ``seq_tokens`` (B,): the masked-token count of each row's whole sequence (None: the row's own count, every row
+    its own sequence); a row's token sum is divided by it for seq-mean-token-mean, so the rows of one episode add
+    up to the episode's token mean, or to their share of it when the episode's other rows are in another
+    mini-batch (``ragen.workers.trainable.mini_batch_counts``). num_seqs defaults to the number of sequences here,
     sum over rows of (row tokens / seq_tokens) (rows without a masked token count 0).
     """
     if mode not in AGG_MODES:

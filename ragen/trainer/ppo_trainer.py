@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
@@ -162,9 +163,8 @@ class PPOTrainer(Driver):
             else:
                 old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
-        is_weights, correction_metrics = phases.rollout_correction(cfg.algorithm.rollout_correction, batch,
-                                                                   old_lp[:n_real])
-        metrics.update(correction_metrics)
+        correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, old_lp[:n_real])
+        metrics.update(correction.metrics)
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
             with self._timed("ref_log_probs", t):
@@ -189,7 +189,8 @@ class PPOTrainer(Driver):
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values,
-                            is_weights=None if is_weights is None else F.pad(is_weights, pad))
+                            is_weights=_padded(correction.is_weights, pad),
+                            keep_mask=_padded(correction.keep_mask, pad))
         bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
         if bad:
             metrics.update(numerics.skip_metrics(bad))
@@ -330,6 +331,11 @@ def run(cfg: TrainConfig) -> dict[str, float]:
             import ray
 
             ray.shutdown()
+
+
+def _padded(rows: torch.Tensor | None, pad: tuple[int, int, int, int]) -> torch.Tensor | None:
+    """``rows`` (B_real, T) padded with zero rows to the train batch (None stays None)."""
+    return None if rows is None else F.pad(rows, pad)
 
 
 def _ray_running() -> bool | None:

@@ -130,7 +130,7 @@ class Trainable:
             raise ValueError("lr_end needs lr (a fixed rate to decay from)")
         n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
         minis = batch.chunk(local_mb)
-        counts = self._global_counts(minis, mask_fn)
+        counts = mini_batch_counts(minis, mask_fn, self.device)
         real = [(mini if c[2] is None else mini.with_fields(seq_tokens=c[2]), c[:2])
                 for mini, c in zip(minis, counts, strict=True) if c[0] > 0]
         n_total = n_epochs * len(real)
@@ -143,7 +143,7 @@ class Trainable:
                         g["lr"] = lr
                 total_tokens += n_tok
                 for micro in _micro_chunks(mini, self.cfg.micro_batch_size):
-                    res = micro_loss(micro.trim().to(self.device), n_tok, max(n_seq, 1.0))
+                    res = micro_loss(micro.trim().to(self.device), n_tok, n_seq if n_seq > 0 else 1.0)
                     # FSDP2 averages gradients over ranks; the loss is already normalised globally -> sum.
                     (res.loss * self.world_size).backward()
                     for k, v in res.token_sums.items():
@@ -168,28 +168,6 @@ class Trainable:
         self.module.eval()
         release_free_memory()  # the micro-batches' activations: back to the OS, not kept at the peak
         return metrics
-
-    def _global_counts(self, minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor]
-                       ) -> list[tuple[float, float, torch.Tensor | None]]:
-        """(loss tokens, sequences with a loss token, per-row ``seq_tokens`` or None) of every mini-batch, summed
-        over ranks. Without ``seq_ids`` a sequence is a row (one all-reduce); with them (the ``turn`` layout's
-        episode ids) a sequence's loss tokens are summed over its rows in the mini-batch on every rank."""
-        if not minis or minis[0].seq_ids is None:
-            local: list[float] = []
-            for mini in minis:
-                mask = mask_fn(mini)
-                local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
-            total = D.all_reduce_sum(local, self.device) if local else []
-            return [(total[2 * i], total[2 * i + 1], None) for i in range(len(minis))]
-        width = int(D.all_reduce_max(max(float(m.seq_ids.max()) for m in minis), self.device)) + 1
-        per_seq = torch.cat([torch.bincount(m.seq_ids.long(), weights=mask_fn(m).sum(-1).double(), minlength=width)
-                             for m in minis])
-        per_seq = torch.tensor(D.all_reduce_sum(per_seq.tolist(), self.device), dtype=torch.float64)
-        out = []
-        for i, mini in enumerate(minis):
-            counts = per_seq[i * width:(i + 1) * width]
-            out.append((float(counts.sum()), float((counts > 0).sum()), counts[mini.seq_ids.long()].float()))
-        return out
 
     def _step(self, schedule: bool = True) -> float:
         """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""
@@ -223,6 +201,39 @@ class Trainable:
         D.load_optimizer_full_state(self.module, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
+
+
+def mini_batch_counts(minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor], device: torch.device
+                      ) -> list[tuple[float, float, torch.Tensor | None]]:
+    """The loss normalisers of each mini-batch of one update, summed over ranks: (loss tokens, sequences, per-row
+    ``seq_tokens`` or None). ``minis``: this rank's mini-batches in order (the i-th is its share of global mini-batch
+    i); ``mask_fn(mini)``: (b, T) the tokens the loss covers.
+
+    Without ``seq_ids`` a sequence is a row: each mini-batch counts its rows with a loss token (one all-reduce).
+    With them (the ``turn`` layout: a sequence is an episode, ``seq_ids`` its id) an episode's turn rows can fall
+    into several mini-batches (rows are packed in prompt order), so a mini-batch holds a share of an episode, not a
+    whole one. Each row's ``seq_tokens`` is then its episode's loss tokens over the whole batch (so a
+    ``seq-mean-token-mean`` piece is its share of the episode's token mean), and every mini-batch's sequence count
+    is the same, N / M: the batch's N episodes over its M mini-batches with a loss token. Summed over an update's
+    mini-batches every episode then weighs M / N, however its rows were cut (1 / N per sequence and mini-batch, as
+    in the trajectory layout, where M / N = 1 / episodes per mini-batch).
+    """
+    if not minis or minis[0].seq_ids is None:
+        local: list[float] = []
+        for mini in minis:
+            mask = mask_fn(mini)
+            local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
+        total = D.all_reduce_sum(local, device) if local else []
+        return [(total[2 * i], total[2 * i + 1], None) for i in range(len(minis))]
+    width = int(D.all_reduce_max(max(float(m.seq_ids.max()) for m in minis), device)) + 1
+    per_seq = torch.cat([torch.bincount(m.seq_ids.long(), weights=mask_fn(m).sum(-1).double(), minlength=width)
+                         for m in minis])
+    per_seq = torch.tensor(D.all_reduce_sum(per_seq.tolist(), device), dtype=torch.float64).view(len(minis), width)
+    episode_tokens = per_seq.sum(0)
+    tokens = per_seq.sum(1)
+    n_episodes, n_minis = float((episode_tokens > 0).sum()), float((tokens > 0).sum())
+    seqs = n_episodes / n_minis if n_minis else 0.0
+    return [(float(tokens[i]), seqs, episode_tokens[mini.seq_ids.long()].float()) for i, mini in enumerate(minis)]
 
 
 def _in_prompt_order(batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor | None]:

@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import liveness_runner as R
-import torch
 import pytest
+import torch
 from liveness_table import TABLE
 
 import ragen.env

@@ -196,11 +196,11 @@ class PPOTrainer(Driver):
             metrics.update(numerics.skip_metrics(bad))
         if critic is not None and not bad:
             with self._timed("critic_update", t):
-                metrics.update(critic.call("update", tb))
+                metrics.update(critic.call("update", tb, progress=self._progress("critic")))
         updated = self.step >= cfg.trainer.critic_warmup and not bad
         if updated:
             with self._timed("actor_update", t):
-                metrics.update(actor.call("update", tb))
+                metrics.update(actor.call("update", tb, progress=self._progress("actor")))
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
             placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
         self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
@@ -248,6 +248,15 @@ class PPOTrainer(Driver):
                 step = self.step if self.phase == "checkpoint" else self.step + 1
             raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
                                 f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
+
+    def _progress(self, role: str) -> tuple[int, int] | None:
+        """(this step's update of ``role``, the run's updates of it) for the lr schedule, which then follows the
+        run's fraction (``Trainable.update``); None where ``<role>.total_steps`` is set (a horizon in optimizer
+        steps). The actor's updates start after ``trainer.critic_warmup``."""
+        if getattr(self.cfg, role).total_steps is not None:
+            return None
+        skip = self.cfg.trainer.critic_warmup if role == "actor" else 0
+        return self.step - skip, max(1, self.cfg.trainer.total_steps - skip)
 
     def _row_multiple(self) -> int:
         cfg = self.cfg

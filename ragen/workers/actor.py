@@ -205,8 +205,9 @@ class PolicyWorker:
         sums["critic/vf_loss"] = float(vl.detach())
         return spec.coef * vl
 
-    def update(self, batch: TrainBatch) -> dict[str, float]:
-        """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics.
+    def update(self, batch: TrainBatch, progress: tuple[int, int] | None = None) -> dict[str, float]:
+        """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics. ``progress``:
+        (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
 
         Needs ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` when ``use_kl_loss``). Metrics:
         actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/loss, actor/grad_norm, actor/lr,
@@ -220,7 +221,7 @@ class PolicyWorker:
             missing.append("ref_log_probs (actor.use_kl_loss=true)")
         if missing:
             raise ValueError(f"PolicyWorker.update needs batch fields {missing}; compute them before the update")
-        return self.trainable.update(batch, lambda b: b.actor_mask, self._micro_loss)
+        return self.trainable.update(batch, lambda b: b.actor_mask, self._micro_loss, progress=progress)
 
     def _sft_micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
         lp, _ = self._log_probs(b, with_entropy=False, temperature=1.0)

@@ -28,9 +28,10 @@ from ragen.workers.data import TrainBatch
 OPTIM_FILE = "optimizer.pt"
 
 
-def lr_multiplier(step: int, *, warmup_steps: int, schedule: str, total_steps: int | None,
+def lr_multiplier(step: float, *, warmup_steps: int, schedule: str, total_steps: int | None,
                   min_lr_ratio: float) -> float:
-    """lr / base lr at optimizer step ``step`` (0-based): linear warmup, then constant or cosine decay.
+    """lr / base lr at optimizer step ``step`` (0-based; a fractional position between two steps is allowed, see
+    ``Trainable.update``'s ``progress``): linear warmup, then constant or cosine decay.
 
     Warmup: (step + 1) / warmup_steps for step < warmup_steps. Cosine: min_lr_ratio + (1 - min_lr_ratio) *
     0.5 * (1 + cos(pi * p)), p = (step - warmup) / (total - warmup) clipped to [0, 1].
@@ -89,6 +90,20 @@ class Trainable:
         return lr_multiplier(step, warmup_steps=c.warmup_steps, schedule=c.lr_schedule, total_steps=c.total_steps,
                              min_lr_ratio=c.min_lr_ratio)
 
+    def _progress_multiplier(self, fraction: float) -> float:
+        """lr / base lr at ``fraction`` of the run's updates: warmup by optimizer steps taken, then the decay at
+        position ``fraction * total_steps`` of its horizon (see ``update``'s ``progress``)."""
+        c = self.cfg
+        position = self.steps if self.steps < c.warmup_steps else fraction * (c.total_steps or 1)
+        return lr_multiplier(position, warmup_steps=c.warmup_steps, schedule=c.lr_schedule,
+                             total_steps=c.total_steps, min_lr_ratio=c.min_lr_ratio)
+
+    def _set_lr(self, multiplier: float) -> float:
+        """Every group's rate = its base rate x ``multiplier``; returns the first group's."""
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["initial_lr"] * multiplier
+        return float(self.optimizer.param_groups[0]["lr"])
+
     def local_mini_batch_size(self, local_batch: int) -> int:
         """Rows per mini-batch on this rank; raises with the fix when the sizes do not divide."""
         mb, ws, p = self.cfg.mini_batch_size, self.world_size, self.prefix
@@ -102,12 +117,19 @@ class Trainable:
 
     def update(self, batch: TrainBatch, mask_fn: Callable[[TrainBatch], torch.Tensor],
                micro_loss: MicroLossFn, epochs: int | None = None, lr: float | None = None,
-               lr_end: float | None = None) -> dict[str, float]:
+               lr_end: float | None = None, progress: tuple[int, int] | None = None) -> dict[str, float]:
         """Run the update (``epochs`` passes, default ``ppo_epochs``); ``mask_fn`` gives the loss mask of a
         batch (for the global counts). ``lr``: a fixed learning rate for this update only (the warm start),
         which neither reads nor advances the lr schedule; with ``lr_end`` the rate goes linearly from ``lr``
         (first optimizer step) towards ``lr_end`` (the rate one step after the last: optimizer step i of n uses
         ``lr + (lr_end - lr) * i / n``), so consecutive calls can continue one decay.
+        ``progress``: ``(u, U)``, this is the run's update u of U (0-based; the trainer passes its RL step), and the
+        schedule follows the run's fraction rather than the optimizer steps taken: optimizer step i of this update's
+        n sits at ``total_steps * (u + i / n) / U`` of the schedule's horizon, and after the update the rate is the
+        schedule's at ``(u + 1) / U``, so the last update leaves it at ``min_lr_ratio`` however many mini-batches
+        each update had (the ``turn`` layout's row count varies; ``total_steps`` is its upper bound). Where every
+        update has the same n (the trajectory layout) this is the per-optimizer-step schedule exactly. Warmup counts
+        optimizer steps either way.
 
         Rows are taken in the order given: the worker group decides the global mini-batches (prompt order, the same
         at every world size: ``ragen.workers.data.mini_batch_plan``), this rank's i-th block of
@@ -128,6 +150,8 @@ class Trainable:
         scheduled = [g["lr"] for g in self.optimizer.param_groups]
         if lr_end is not None and fixed_lr is None:
             raise ValueError("lr_end needs lr (a fixed rate to decay from)")
+        if progress is not None and progress[1] < 1:
+            raise ValueError(f"progress={progress}: the run's update count must be >= 1")
         n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
         minis = batch.chunk(local_mb)
         counts = mini_batch_counts(minis, mask_fn, self.device)
@@ -141,6 +165,8 @@ class Trainable:
                     lr = fixed_lr if lr_end is None else fixed_lr + (lr_end - fixed_lr) * n_mini / n_total
                     for g in self.optimizer.param_groups:
                         g["lr"] = lr
+                elif progress is not None:
+                    lr = self._set_lr(self._progress_multiplier((progress[0] + n_mini / n_total) / progress[1]))
                 total_tokens += n_tok
                 for micro in _micro_chunks(mini, self.cfg.micro_batch_size):
                     res = micro_loss(micro.trim().to(self.device), n_tok, n_seq if n_seq > 0 else 1.0)
@@ -150,12 +176,15 @@ class Trainable:
                         token_acc[k] = token_acc.get(k, 0.0) + v
                     for k, v in res.sums.items():
                         sum_acc[k] = sum_acc.get(k, 0.0) + v
-                if fixed_lr is None:
+                if fixed_lr is None and progress is None:
                     lr = self.scheduler.get_last_lr()[0]
                 grad_norms.append(self._step(schedule=fixed_lr is None))
                 n_mini += 1
-        for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
-            g["lr"] = value
+        if fixed_lr is not None:  # a fixed rate was for this call only: the schedule's rate comes back
+            for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
+                g["lr"] = value
+        elif progress is not None:
+            self._set_lr(self._progress_multiplier((progress[0] + 1) / progress[1]))
         keys_t, keys_s = sorted(token_acc), sorted(sum_acc)
         reduced = D.all_reduce_sum([token_acc[k] for k in keys_t] + [sum_acc[k] for k in keys_s], self.device)
         metrics = {k: v / max(total_tokens, 1.0) for k, v in zip(keys_t, reduced[:len(keys_t)], strict=True)}

@@ -66,8 +66,8 @@ class Trainable:
     def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str,
                  lr_by_prefix: dict[str, float] | None = None):
         """``lr_by_prefix``: base learning rates of the parameters whose names start with a prefix (their own AdamW
-        group, same schedule), e.g. ``{"value_head.": 1e-5}``; the rest use ``cfg.lr`` (``cfg.train_lr`` for a
-        LoRA actor)."""
+        group, same schedule), e.g. ``{"value_head.": 1e-5}``; the rest use ``cfg.lr`` (a LoRA actor's adapters
+        too)."""
         self.module, self.cfg, self.device, self.world_size, self.prefix = module, cfg, device, world_size, prefix
         if cfg.lr_schedule == "cosine" and not cfg.total_steps:
             raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), got "
@@ -75,7 +75,7 @@ class Trainable:
                              "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
-        lr = getattr(cfg, "train_lr", cfg.lr)  # the actor's lora_lr when it trains LoRA adapters
+        lr = cfg.lr
         groups: dict[float, list[nn.Parameter]] = {}
         for n, p in named:
             own = [v for k, v in (lr_by_prefix or {}).items() if n.startswith(k)]

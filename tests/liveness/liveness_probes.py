@@ -78,14 +78,19 @@ def lookup(cfg: TrainConfig, key: str) -> Any:
     return obj
 
 
-def rejection(cfg_or_error: TrainConfig | ConfigError) -> ConfigError | None:
-    """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes."""
+def rejection(cfg_or_error: TrainConfig | ConfigError, overrides: tuple[str, ...] = ()) -> ConfigError | None:
+    """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes.
+    ``overrides``: what a command line would have set (the context and the row's key), for the rules that count
+    only the keys a command sets (``ragen.trainer.inert.explicit_keys``); the probe base's own settings stand for a
+    recipe's."""
     if isinstance(cfg_or_error, ConfigError):
         return cfg_or_error
     from ragen.launch import validate
+    from ragen.trainer.inert import command_line_keys, explicit_keys
 
     try:
-        validate(cfg_or_error)
+        with explicit_keys(command_line_keys(overrides)):
+            validate(cfg_or_error)
     except ConfigError as exc:
         return exc
     return None

@@ -58,6 +58,16 @@ def run(cfg: TrainConfig) -> dict[str, float]:
     return run_ppo(cfg)
 
 
+def _command_line_overrides() -> list[str]:
+    """The overrides of the running Hydra command (``key=value`` items of its command line)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under @hydra.main
+        return []
+
+
 def run_cli(cfg: TrainConfig, label: str = "done",
             runner: Callable[[TrainConfig], dict[str, float]] | None = None) -> dict[str, float]:
     """``runner`` (default :func:`run`; ``ragen.archer.main.run`` for ``ragen archer``) behind the quiet console
@@ -98,6 +108,7 @@ def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done"
 
     from ragen.trainer.compose import to_train_config
     from ragen.trainer.config import ConfigError
+    from ragen.trainer.inert import command_line_keys, explicit_keys
     from ragen.trainer.plan import dry_run
     from ragen.trainer.prestart import check_before_start
 
@@ -105,10 +116,11 @@ def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done"
         train_cfg = to_train_config(cfg)
         if transform is not None:
             train_cfg = transform(train_cfg)
-        if train_cfg.trainer.dry_run:
-            print(dry_run(train_cfg, check))
-            return {}
-        check(train_cfg)
+        with explicit_keys(command_line_keys(_command_line_overrides())):
+            if train_cfg.trainer.dry_run:
+                print(dry_run(train_cfg, check))
+                return {}
+            check(train_cfg)
         check_before_start(train_cfg)
     except ConfigError as exc:
         print(exc, file=sys.stderr)

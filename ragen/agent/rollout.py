@@ -192,7 +192,7 @@ class AgentProxy:
             text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
         )
         actions = parsed.actions[: slot.max_actions]
-        slot.obs_keys.append(slot.observation)
+        slot.obs_keys.append(self._seen(slot.observation))  # gigpo's anchor: the state as the policy saw it
         outcome = EnvManager.step(slot, actions)
         penalty = 0.0 if parsed.format_ok else cfg.format_penalty
         reward = outcome.reward + penalty
@@ -225,12 +225,15 @@ class AgentProxy:
         note = "" if parsed.format_ok else "Your previous answer could not be parsed; no action was taken.\n"
         ctx.add_user(self._user_text(slot, legal, ctx.num_turns, note))
 
+    def _seen(self, observation: str) -> str:
+        """The observation as the policy reads it: the env's text, or its filler under ``observations=blind``. The
+        prompts and gigpo's anchor states (``obs_keys``) both use it, so a blind control groups turns by what it
+        saw, never by the hidden state."""
+        return blind_text(observation, self.tokenizer) if self.cfg.observations == "blind" else observation
+
     def _user_text(self, slot: EnvSlot, legal: str, turn: int, note: str) -> str:
         """The user message of ``turn`` (see :func:`user_text`)."""
-        observation = slot.observation
-        if self.cfg.observations == "blind":
-            observation = blind_text(observation, self.tokenizer)
-        return user_text(self.cfg, observation, legal, turn, slot.max_turn, slot.max_actions, note)
+        return user_text(self.cfg, self._seen(slot.observation), legal, turn, slot.max_turn, slot.max_actions, note)
 
     def _agent_metrics(self, stats: dict, total_s: float) -> dict[str, float]:
         gen = stats["generate_s"]

@@ -18,6 +18,11 @@ from torch import Tensor
 from ragen.algorithms.masked import masked_mean
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean")
+# |log pi - log pi_old| is clamped to this before exp in the PPO ratio (as verl does): exp(89) already overflows
+# float32, and one inf ratio would make the loss and every gradient of its mini-batch non-finite, which skips the
+# whole optimizer step. Within the bound the ratio is exact; beyond it the token sits far outside the clip range,
+# where the clipped surrogate takes no gradient from it anyway (except through the dual clip's cap, which is flat).
+LOG_RATIO_CLAMP = 20.0
 KL_KINDS = ("k1", "k2", "k3", "low_var_kl")
 
 
@@ -36,9 +41,10 @@ def aggregate_loss(
     seq-mean-token-sum: sum over sequences of each sequence's token sum / num_seqs.
     seq-mean-token-mean: sum over sequences of each sequence's token mean / num_seqs.
     A sequence is an episode: one row in the ``trajectory`` layout, several turn rows in the ``turn`` layout.
-    ``seq_tokens`` (B,): the masked-token count of each row's sequence over the whole mini-batch (None: the row's
-    own count, every row its own sequence); a row's token sum is divided by it for seq-mean-token-mean, so the
-    rows of one episode add up to the episode's token mean. num_seqs defaults to the number of sequences here,
+    ``seq_tokens`` (B,): the masked-token count of each row's whole sequence (None: the row's own count, every row
+    its own sequence); a row's token sum is divided by it for seq-mean-token-mean, so the rows of one episode add
+    up to the episode's token mean, or to their share of it when the episode's other rows are in another
+    mini-batch (``ragen.workers.trainable.mini_batch_counts``). num_seqs defaults to the number of sequences here,
     sum over rows of (row tokens / seq_tokens) (rows without a masked token count 0).
     """
     if mode not in AGG_MODES:
@@ -75,7 +81,8 @@ def policy_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate (Schulman et al. 2017, eq. 7) with clip-higher and optional dual clip.
 
-    Per token: ratio = exp(log_probs - old_log_probs);
+    Per token: ratio = exp(clamp(log_probs - old_log_probs, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)) (an extreme gap
+    gives a large finite ratio instead of inf, see :data:`LOG_RATIO_CLAMP`);
     loss = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)) (DAPO's decoupled clip range);
     with ``dual_clip = c > 1`` (Ye et al. 2020), tokens with A < 0 are further capped at -A * c.
     ``is_weights``: (B, T) detached rollout-correction weights (``ragen.algorithms.rollout_correction``), which
@@ -89,6 +96,7 @@ def policy_loss(
         raise ValueError(f"clip_low={clip_low} and clip_high={clip_high} must be >= 0")
     m = mask.bool()
     log_ratio = torch.where(m, log_probs - old_log_probs, torch.zeros_like(log_probs))
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)

@@ -21,11 +21,15 @@ truncated and rejection variants trade the bias of the cut against the variance 
 the hf engine reports ``log_softmax(logits / T)``, vLLM ``processed_logprobs``), and ``pi_old`` the trainer's
 log-probs at the same temperature (``actor.temperature`` = ``agent.temperature``, checked by validation).
 
-The weights multiply the per-token policy-gradient loss (``losses.policy_loss(is_weights=...)``) before
-aggregation; a dropped token still counts in the aggregation's normaliser (its loss is 0), and the entropy and KL
-terms are not weighted. On CPU (fp32 on both sides) the gap is ~1e-5 and the correction is off by default; on GPUs
-with vLLM in bf16 the recommended setting is ``mode=token_tis, clip=2.0`` (Yao et al.'s choice: the weight is the
-exact importance ratio wherever that stays below 2, and bounded where it does not; ``rollout/logprob_diff_*`` and
+The ``*_tis`` weights multiply the per-token policy-gradient loss (``losses.policy_loss(is_weights=...)``) before
+aggregation; the entropy and KL terms are not weighted. The ``*_mask`` modes' 0/1 weights act as a mask instead
+(verl's rejection rule): a rejected token leaves the actor's loss altogether, its policy-gradient, entropy and KL
+terms and the aggregation's normaliser (``TrainBatch.keep_mask`` / ``actor_mask``), so the kept tokens' loss is
+their own mean, not diluted by the rejected ones.
+
+On CPU (fp32 on both sides) the gap is ~1e-5 and the correction is off by default; on GPUs with vLLM in bf16 the
+recommended setting is ``mode=token_tis, clip=2.0`` (Yao et al.'s choice: the weight is the exact importance ratio
+wherever that stays below 2, and bounded where it does not; ``rollout/logprob_diff_*`` and
 ``rollout_correction/clipped_frac`` show how often a run truncates).
 """
 

@@ -73,6 +73,58 @@ def step_result_problem(res: Any) -> str | None:
     return None
 
 
+def smoke_test(env: Any, seed: int) -> list[str]:
+    """Play one step of ``env`` as the agent proxy would and list how it breaks the protocol (empty: it does not).
+
+    ``reset(seed)`` returns a str, ``instructions`` is a str, ``legal_actions()`` exists and returns a str, and one
+    ``step`` (with the expert's action where the env has one, else the first legal action it lists, else a garbage
+    string, which an env must answer with ``action_is_valid=False``) returns a :class:`StepResult` with a str
+    observation, a finite reward, a bool ``done`` and the required info keys (:func:`step_result_problem`).
+    Each problem names the method; an exception is reported with its type and message. ``--check`` runs it on every
+    env of a run, so a broken env fails in seconds instead of failing every episode of a run."""
+    def call(what: str, fn: Callable[[], Any]) -> tuple[Any, str | None]:
+        try:
+            return fn(), None
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            return None, f"{what} raised {type(exc).__name__}: {str(exc)[:200]}"
+
+    observation, problem = call(f"reset({seed})", lambda: env.reset(seed))
+    if problem is not None:
+        return [problem]
+    out = [] if isinstance(observation, str) else [f"reset({seed}) returned {type(observation).__name__}, not str"]
+    if not isinstance(getattr(env, "instructions", None), str):
+        out.append(f"instructions is {type(getattr(env, 'instructions', None)).__name__}, not str")
+    if not callable(getattr(env, "legal_actions", None)):
+        out.append("it has no legal_actions() method (the prompts list the legal actions every turn)")
+        legal = ""
+    else:
+        legal, problem = call("legal_actions()", env.legal_actions)
+        if problem is not None or not isinstance(legal, str):
+            out.append(problem or f"legal_actions() returned {type(legal).__name__}, not str")
+            legal = ""
+    action = _smoke_action(env, legal)
+    result, problem = call(f"step({action!r})", lambda: env.step(action))
+    problem = problem or step_result_problem(result)
+    if problem is None:
+        missing = [k for k in REQUIRED_INFO_KEYS if k not in result.info]
+        problem = f"info lacks {missing}" if missing else None
+    return out + ([f"step({action!r}): {problem}" if not problem.startswith("step(") else problem] if problem else [])
+
+
+def _smoke_action(env: Any, legal: str) -> str:
+    """The action :func:`smoke_test` steps with: the expert's, else the first legal action listed, else garbage."""
+    expert = getattr(env, "expert_action", None)
+    if callable(expert):
+        try:
+            action = expert()
+            if isinstance(action, str) and action:
+                return action
+        except Exception:  # noqa: BLE001 - the step below still tests the env
+            pass
+    listed = [a.strip() for a in legal.replace("[", ",").replace("]", ",").replace("|", ",").split(",") if a.strip()]
+    return listed[0] if listed else "?"
+
+
 @runtime_checkable
 class Env(Protocol):
     """A text environment (see the module docstring)."""

@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None, prog: str = "python -m ragen.eval"
                    help="one or two models (run folder, checkpoint folder, model folder, alias, hub id or "
                         "openai:<model>), then Hydra overrides such as agent.think=false")
     p.add_argument("--env", action="append", dest="envs", metavar="NAME",
-                   help="env config config/env/NAME.yaml (repeatable; default: the config's env)")
+                   help="an env by name: a config under config/env/ (sokoban, frozen_lake_3x3, ...) or a registered "
+                        "env, plugins included (repeatable; default: the config's env)")
     p.add_argument("--n", type=int, default=200, help="episodes per env (default 200)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0 = greedy)")
     p.add_argument("--batch-size", type=int, default=32, help="episodes per proxy call (default 32)")

@@ -107,6 +107,7 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     if tr.total_steps < 0 or (tr.total_steps == 0 and not tr.val_only and tr.sft_warmup_steps < 1):
         out.append(f"trainer.total_steps={tr.total_steps} must be >= 1 (or set trainer.val_only=true, or "
                    "trainer.sft_warmup_steps >= 1 for a warm start only)")
+    out += _frozen_learners(cfg)
     if tr.device not in ("auto", "cpu", "cuda"):
         out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
     if cfg.rollout.engine not in ENGINES:
@@ -158,6 +159,20 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
         out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
     return out
+
+
+def _frozen_learners(cfg: TrainConfig) -> list[str]:
+    """A learning rate of 0 on a model the run trains: every update would leave its weights as they are (an actor
+    of a training run; the critic when a critic worker trains). A run that trains nothing has its own key:
+    ``trainer.val_only=true``."""
+    if cfg.trainer.val_only or cfg.trainer.total_steps == 0:
+        return []
+    trained = [("actor", cfg.actor.lr)]
+    if critic_worker_needed(cfg):
+        trained.append(("critic", cfg.critic.lr))
+    return [f"{role}.lr={lr} trains nothing: every {role} update would leave its weights as they are; set a positive "
+            f"rate (e.g. {role}.lr=1e-6), or trainer.val_only=true to evaluate without training"
+            for role, lr in trained if lr == 0]
 
 
 def check_vllm(cfg: TrainConfig) -> list[str]:

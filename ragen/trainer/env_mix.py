@@ -1,12 +1,13 @@
 """Several envs in one run: ``rollout.train_envs`` / ``rollout.val_envs`` (RAGEN's env tags with a group count each).
 
-An entry is ``{name: <config/env/NAME.yaml>, n_groups: N}``, optionally with ``max_turn``,
-``max_actions_per_turn`` and ``config`` (merged over that file's ``config``). Each env keeps its own
-instructions, turn limits and seeds (group g of an env plays seed ``base + rollout * n_groups + g`` whatever the
-other envs, so validation seeds are ``rollout.val_seed + g`` for every env, as in ``ragen.eval``); metrics are
-per env (``env/<name>/success``). Empty lists keep the single-env run: ``train_envs: []`` trains on ``env`` with
-``rollout.n_groups`` groups; ``val_envs: []`` validates on the training envs with ``rollout.val_n_groups`` groups
-each. E.g. train on Sokoban, validate on Sokoban and FrozenLake to measure transfer::
+An entry is ``{name: NAME, n_groups: N}`` (NAME: a file ``config/env/NAME.yaml``, or a plugin env with its own
+defaults), optionally with ``max_turn``, ``max_actions_per_turn`` and ``config`` (merged over the env's ``config``).
+Each env keeps its own instructions, turn limits and seeds (group g of an env plays seed ``base + rollout * n_groups
++ g`` whatever the other envs, so validation seeds are ``rollout.val_seed + g`` for every env, as in
+``ragen.eval``); metrics are per env (``env/<name>/success``). Empty lists keep the single-env run: ``train_envs:
+[]`` trains on ``env`` with ``rollout.n_groups`` groups; ``val_envs: []`` validates on the training envs with
+``rollout.val_n_groups`` groups each. E.g. train on Sokoban, validate on Sokoban and FrozenLake to measure
+transfer::
 
     rollout.train_envs='[{name: sokoban, n_groups: 4}]'
     rollout.val_envs='[{name: sokoban, n_groups: 8}, {name: frozen_lake, n_groups: 8}]'

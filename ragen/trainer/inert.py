@@ -13,9 +13,13 @@ number, and a value they accept changes a named quantity (``docs/config_referenc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from ragen.trainer.config import SECTIONS, TrainConfig, VLLMSection, default_section_values
+from ragen.workers.config import CriticConfig
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
 ALWAYS_READ = ("name", "estimator", "whiten", "kl_in_reward", "rollout_filter_ratio", "use_step_reward",
@@ -144,12 +148,13 @@ def _workers(cfg: TrainConfig) -> list[str]:
         out += _inert(cfg, "actor", ("kl_loss_coef", "kl_kind"), "actor.use_kl_loss=false",
                       "set actor.use_kl_loss=true or remove the override")
     if not a.lora:
-        out += _inert(cfg, "actor", ("lora_alpha", "lora_lr", "lora_target_modules"), "actor.lora_rank=0 (no LoRA)",
+        out += _inert(cfg, "actor", ("lora_alpha", "lora_target_modules"), "actor.lora_rank=0 (no LoRA)",
                       "set actor.lora_rank > 0 or remove the override")
         out += _inert(cfg, "actor", ("seed",), "without LoRA adapters to initialise nothing in the actor is random "
                       "(its weights come from model.path; trainer.seed seeds the run)", "remove the override")
     out += _inert(cfg, "critic", ("seed",), "the PPO critic's value head starts at zero, so nothing in it is random "
                   "(the ArCHer family's critic reads it)", "remove the override")
+    out += _critic_worker(cfg)
     for section in ("actor", "critic"):
         if getattr(cfg, section).lr_schedule != "cosine":
             out += _inert(cfg, section, COSINE_KEYS, f"{section}.lr_schedule=constant (they shape the cosine decay)",
@@ -167,6 +172,69 @@ def _workers(cfg: TrainConfig) -> list[str]:
         out.append("ref.enable=true has no effect: no KL term reads the reference (actor.use_kl_loss and "
                    "algorithm.kl_in_reward are false); set ref.enable=null")
     return out
+
+
+# The keys the command line set (``section.key``), while a command's config is checked (:func:`explicit_keys`);
+# None: unknown (a config built in Python), and every key counts as set.
+_EXPLICIT: ContextVar[frozenset[str] | None] = ContextVar("ragen_explicit_keys", default=None)
+
+
+@contextmanager
+def explicit_keys(keys: Iterable[str]) -> Iterator[None]:
+    """Within: the rules that follow a context switch (:func:`_critic_worker`) report only the ``keys`` the command
+    line set. A recipe's critic settings for its own estimator are not the user's mistake when the user switches to
+    a critic-free one (``bash train_ppo.sh algorithm=grpo``); a ``critic.lr=...`` typed beside it is."""
+    token = _EXPLICIT.set(frozenset(keys))
+    try:
+        yield
+    finally:
+        _EXPLICIT.reset(token)
+
+
+def command_line_keys(overrides: Iterable[str]) -> list[str]:
+    """The dotted keys a list of Hydra overrides sets (``critic.lr=1e-4``, ``+x.y=1``, ``~x.y``); group choices
+    (``algorithm=grpo``) set no key of their own."""
+    keys = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if "." in key:
+            keys.append(key)
+    return keys
+
+
+def _explicit(section: str, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """``keys`` of ``section`` the command line set (all of them when that is unknown)."""
+    known = _EXPLICIT.get()
+    return keys if known is None else tuple(k for k in keys if f"{section}.{k}" in known)
+
+
+# The critic worker's settings that shape its batches or its speed only; the device presets (config/trainer/*.yaml)
+# set them for every run, with or without a critic, so they are never reported as inert.
+CRITIC_SHAPE_KEYS = ("mini_batch_size", "micro_batch_size", "infer_micro_batch_size", "gradient_checkpointing")
+
+
+def _critic_worker(cfg: TrainConfig) -> list[str]:
+    """The critic worker's own optimiser and loss settings where no critic worker trains: without a critic (an
+    estimator that reads no values) all of them, ``model_path`` and ``share_backbone`` too; with the value head on
+    the actor's backbone all but ``lr`` and ``value_clip``, the two the head reads (its AdamW group's rate and its
+    value clip): it trains in the actor's update, with the actor's epochs, schedule, clipping, loss aggregation and
+    precision. ``critic.seed`` has its own rule, ``enable`` and the ``shared_*`` keys theirs, and
+    :data:`CRITIC_SHAPE_KEYS` are left alone. Within :func:`explicit_keys` only the keys the command line set count:
+    a recipe's critic settings stay valid when the command switches its estimator or the head's place."""
+    from ragen.trainer.derived import needs_critic
+
+    skip = ("seed", *CRITIC_SHAPE_KEYS)
+    own = tuple(f.name for f in dataclasses.fields(CriticConfig) if f.name not in skip) + ("model_path",)
+    if not needs_critic(cfg):
+        return _inert(cfg, "critic", _explicit("critic", own + ("share_backbone",)), f"no critic: algorithm.estimator="
+                      f"{cfg.algorithm.estimator!r} reads no values", "remove the override (or choose an estimator "
+                      "with a critic: gae, turn_gae, bilevel_gae, weighted_gae)")
+    if cfg.critic.share_backbone:
+        return _inert(cfg, "critic", _explicit("critic", tuple(k for k in own if k not in ("lr", "value_clip"))),
+                      "critic.share_backbone=true: the value head trains in the actor's update (its epochs, schedule, "
+                      "gradient clipping, loss aggregation and precision are the actor's; the head reads only "
+                      "critic.lr and critic.value_clip)", "set the actor's key, or critic.share_backbone=false")
+    return []
 
 
 def _sections(cfg: TrainConfig) -> list[str]:

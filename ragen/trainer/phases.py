@@ -231,18 +231,33 @@ def logprob_gap_metrics(engine_log_probs: torch.Tensor, old_log_probs: torch.Ten
     return {"rollout/logprob_diff_mean": float(diff.mean()), "rollout/logprob_diff_max": float(diff.max())}
 
 
-def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch,
-                       old_log_probs: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, float]]:
-    """The rollout-correction weights of ``batch`` (``ragen.algorithms.rollout_correction``) and their metrics.
+@dataclasses.dataclass(frozen=True)
+class Correction:
+    """Rollout correction of one batch (``ragen.algorithms.rollout_correction``), as the actor's update reads it.
+
+    ``is_weights``: (B, T) the ``*_tis`` modes' weights on the policy-gradient loss, else None; ``keep_mask``:
+    (B, T) the ``*_mask`` modes' 0/1 acceptance (0 = rejected: out of the actor's loss and its normaliser,
+    ``TrainBatch.actor_mask``), else None; ``metrics``: ``rollout_correction/*``."""
+
+    is_weights: torch.Tensor | None
+    keep_mask: torch.Tensor | None
+    metrics: dict[str, float]
+
+
+def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch, old_log_probs: torch.Tensor) -> Correction:
+    """The rollout correction of ``batch`` (``ragen.algorithms.rollout_correction``): weights or a rejection mask.
 
     ``rc``: the ``algorithm.rollout_correction`` section; old_log_probs: (B, T) the actor's log-probs before the
     update, over ``batch``'s rows. The engine's log-probs are ``batch.sample_log_probs``, the tokens its model
     tokens (``response_mask``), a sequence an episode (``extra["episode_index"]``: a turn-layout episode's turn rows
-    share one ratio). Returns (weights (B, T) or None when ``rc.mode`` is ``none``, metrics).
+    share one ratio). Mode ``none`` gives neither weights nor a mask.
     """
-    return rollout_correction_weights(
+    weights, metrics = rollout_correction_weights(
         old_log_probs, batch.sample_log_probs, batch.response_mask, mode=rc.mode, clip=rc.clip, low=rc.low,
         high=rc.high, seq_agg=rc.seq_agg, seq_ids=batch.extra.get("episode_index"))
+    if weights is not None and rc.mode.endswith("_mask"):
+        return Correction(None, weights, metrics)
+    return Correction(weights, None, metrics)
 
 
 def perf_metrics(batch: RolloutBatch, step_seconds: float, timings: dict[str, float]) -> dict[str, float]:

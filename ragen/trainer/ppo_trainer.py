@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
@@ -162,9 +163,8 @@ class PPOTrainer(Driver):
             else:
                 old_lp = actor.call("compute_log_probs", tb)
         metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
-        is_weights, correction_metrics = phases.rollout_correction(cfg.algorithm.rollout_correction, batch,
-                                                                   old_lp[:n_real])
-        metrics.update(correction_metrics)
+        correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, old_lp[:n_real])
+        metrics.update(correction.metrics)
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
             with self._timed("ref_log_probs", t):
@@ -189,17 +189,18 @@ class PPOTrainer(Driver):
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values,
-                            is_weights=None if is_weights is None else F.pad(is_weights, pad))
+                            is_weights=_padded(correction.is_weights, pad),
+                            keep_mask=_padded(correction.keep_mask, pad))
         bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
         if bad:
             metrics.update(numerics.skip_metrics(bad))
         if critic is not None and not bad:
             with self._timed("critic_update", t):
-                metrics.update(critic.call("update", tb))
+                metrics.update(critic.call("update", tb, progress=self._progress("critic")))
         updated = self.step >= cfg.trainer.critic_warmup and not bad
         if updated:
             with self._timed("actor_update", t):
-                metrics.update(actor.call("update", tb))
+                metrics.update(actor.call("update", tb, progress=self._progress("actor")))
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
             placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
         self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
@@ -247,6 +248,15 @@ class PPOTrainer(Driver):
                 step = self.step if self.phase == "checkpoint" else self.step + 1
             raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
                                 f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
+
+    def _progress(self, role: str) -> tuple[int, int] | None:
+        """(this step's update of ``role``, the run's updates of it) for the lr schedule, which then follows the
+        run's fraction (``Trainable.update``); None where ``<role>.total_steps`` is set (a horizon in optimizer
+        steps). The actor's updates start after ``trainer.critic_warmup``."""
+        if getattr(self.cfg, role).total_steps is not None:
+            return None
+        skip = self.cfg.trainer.critic_warmup if role == "actor" else 0
+        return self.step - skip, max(1, self.cfg.trainer.total_steps - skip)
 
     def _row_multiple(self) -> int:
         cfg = self.cfg
@@ -330,6 +340,11 @@ def run(cfg: TrainConfig) -> dict[str, float]:
             import ray
 
             ray.shutdown()
+
+
+def _padded(rows: torch.Tensor | None, pad: tuple[int, int, int, int]) -> torch.Tensor | None:
+    """``rows`` (B_real, T) padded with zero rows to the train batch (None stays None)."""
+    return None if rows is None else F.pad(rows, pad)
 
 
 def _ray_running() -> bool | None:

@@ -191,9 +191,11 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def env_problems(cfg: TrainConfig) -> list[str]:
-    """Build and reset each env of the run once (training and validation envs, with their own configs); a
-    failure becomes one line naming the env and the cause (a missing optional package names its extra)."""
+    """Build each env of the run once (training and validation envs, with their own configs) and play one step of it
+    (``ragen.env.base.smoke_test``: reset, instructions, legal_actions, one step and its ``StepResult``); a failure
+    becomes one line naming the env and the cause (a missing optional package names its extra)."""
     import ragen.env
+    from ragen.env.base import smoke_test
     from ragen.trainer.env_mix import train_groups, val_groups
 
     out, seen = [], set()
@@ -203,7 +205,10 @@ def env_problems(cfg: TrainConfig) -> list[str]:
             continue
         seen.add(key)
         try:
-            ragen.env.make(g.env.name, **dict(g.env.config)).reset(cfg.trainer.seed)
+            env = ragen.env.make(g.env.name, **dict(g.env.config))
         except Exception as exc:  # noqa: BLE001 - one line per env, whatever the env raised
             out.append(f"env {g.env.name} (env.config {dict(g.env.config)}) cannot be built: {_reason(exc)}")
+            continue
+        out += [f"env {g.env.name} breaks the env protocol (ragen.env.base): {problem}; every episode of a run "
+                "would fail" for problem in smoke_test(env, cfg.trainer.seed)]
     return out

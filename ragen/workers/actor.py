@@ -51,14 +51,15 @@ def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.T
 
     loss = ``policy_loss`` (PPO clip with ``cfg.clip_low`` / ``clip_high`` / ``dual_clip``, Schulman et al. 2017
     eq. 7; DAPO's clip-higher) - ``cfg.entropy_coef`` * entropy + ``cfg.kl_loss_coef`` * KL_kind(pi || pi_ref)
-    when ``cfg.use_kl_loss``; every term aggregated with ``cfg.loss_agg`` over ``b.policy_mask`` and normalised by
+    when ``cfg.use_kl_loss``; every term aggregated with ``cfg.loss_agg`` over ``b.actor_mask`` and normalised by
     the mini-batch's ``num_tokens`` / ``num_seqs`` (so micro-batch losses sum to the mini-batch loss). With
-    ``b.is_weights`` (rollout correction, computed by the driver) each token's policy-gradient loss is multiplied by
-    its weight; the entropy and KL terms are not.
+    ``b.is_weights`` (rollout correction's ``*_tis`` modes, computed by the driver) each token's policy-gradient
+    loss is multiplied by its weight; the entropy and KL terms are not. Tokens its ``*_mask`` modes rejected
+    (``b.keep_mask``) are out of ``b.actor_mask``: out of every term and of the normaliser.
     log_probs / entropy: (b, t) at ``cfg.temperature`` for ``b``'s tokens (0 off the mask); ``b`` holds
     ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` with the KL loss), all (b, t).
     """
-    mask = b.policy_mask
+    mask = b.actor_mask
     agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
     pg, m = policy_loss(log_probs, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, is_weights=b.is_weights, **agg)
@@ -187,7 +188,7 @@ class PolicyWorker:
 
     # ---------------------------------------------------------------------------------------------- update
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
-        cfg, mask = self.cfg, b.policy_mask
+        cfg, mask = self.cfg, b.actor_mask
         if self.value_spec is None:
             lp, ent = self._log_probs(b, with_entropy=True)
         else:
@@ -200,8 +201,8 @@ class PolicyWorker:
 
     def _value_term(self, b: TrainBatch, values: torch.Tensor, mask: torch.Tensor, num_tokens: float,
                     num_seqs: float, token_sums: dict, sums: dict) -> torch.Tensor:
-        """``coef`` * the critic's clipped value loss for the shared head over the policy mask (model tokens, whose
-        counts normalise the mini-batch); adds critic/* metrics."""
+        """``coef`` * the critic's clipped value loss for the shared head over ``mask`` (the actor's loss mask: model
+        tokens, whose counts normalise the mini-batch); adds critic/* metrics."""
         spec = self.value_spec
         vl, m = value_loss(values, b.values, b.returns, mask, clip=spec.clip, agg=self.cfg.loss_agg,
                            num_tokens=num_tokens, num_seqs=num_seqs, seq_tokens=b.seq_tokens)
@@ -211,8 +212,9 @@ class PolicyWorker:
         sums["critic/vf_loss"] = float(vl.detach())
         return spec.coef * vl
 
-    def update(self, batch: TrainBatch) -> dict[str, float]:
-        """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics.
+    def update(self, batch: TrainBatch, progress: tuple[int, int] | None = None) -> dict[str, float]:
+        """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics. ``progress``:
+        (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
 
         Needs ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` when ``use_kl_loss``). Metrics:
         actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/loss, actor/grad_norm, actor/lr,
@@ -226,7 +228,7 @@ class PolicyWorker:
             missing.append("ref_log_probs (actor.use_kl_loss=true)")
         if missing:
             raise ValueError(f"PolicyWorker.update needs batch fields {missing}; compute them before the update")
-        return self.trainable.update(batch, lambda b: b.policy_mask, self._micro_loss)
+        return self.trainable.update(batch, lambda b: b.actor_mask, self._micro_loss, progress=progress)
 
     def _sft_micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:
         lp, _ = self._log_probs(b, with_entropy=False, temperature=1.0)

@@ -77,9 +77,9 @@ class ActorConfig:
     ``log_prob_chunk_size`` = tokens per lm_head chunk in ``token_log_probs`` (bounds the logits memory);
     ``checkpoint_lm_head`` recomputes each chunk's logits in backward instead of keeping them.
     LoRA (``ragen.workers.lora``): ``lora_rank`` > 0 trains rank-``lora_rank`` adapters (scale ``lora_alpha /
-    lora_rank``) on the ``lora_target_modules`` linears with the base frozen, at ``lora_lr`` (replaces ``lr``:
-    adapters starting from B = 0 need a larger step than full weights); the reference policy is then the actor
-    with its adapters off (no reference worker).
+    lora_rank``) on the ``lora_target_modules`` linears with the base frozen, at ``lr`` (the one learning rate of
+    the actor, as in verl; adapters starting from B = 0 usually want a larger one than full fine-tuning, e.g. 1e-5
+    to 1e-4); the reference policy is then the actor with its adapters off (no reference worker).
     """
 
     lr: float = 1e-6
@@ -112,25 +112,19 @@ class ActorConfig:
     lora_rank: int = 0
     lora_alpha: float = 32.0
     lora_target_modules: list[str] = field(default_factory=lambda: list(LORA_TARGETS))
-    lora_lr: float = 1e-4
 
     @property
     def lora(self) -> bool:
         return self.lora_rank > 0
-
-    @property
-    def train_lr(self) -> float:
-        """The learning rate the optimizer uses: ``lora_lr`` with LoRA, else ``lr``."""
-        return self.lora_lr if self.lora else self.lr
 
     def __post_init__(self) -> None:
         _check_common(self, "actor")
         object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))  # YAML gives a list
         if self.lora_rank < 0:
             raise ValueError(f"actor.lora_rank={self.lora_rank} must be >= 0 (0 = train all weights, e.g. 16 = LoRA)")
-        if self.lora and (self.lora_alpha <= 0 or self.lora_lr <= 0 or not self.lora_target_modules):
-            raise ValueError(f"actor.lora_rank={self.lora_rank} needs actor.lora_alpha > 0 (got {self.lora_alpha}), "
-                             f"actor.lora_lr > 0 (got {self.lora_lr}) and some actor.lora_target_modules "
+        if self.lora and (self.lora_alpha <= 0 or not self.lora_target_modules):
+            raise ValueError(f"actor.lora_rank={self.lora_rank} needs actor.lora_alpha > 0 (got {self.lora_alpha}) "
+                             "and some actor.lora_target_modules "
                              f"(got {list(self.lora_target_modules)}, e.g. [q_proj, v_proj])")
         if self.clip_low < 0 or self.clip_high < 0:
             raise ValueError(f"actor.clip_low={self.clip_low} / actor.clip_high={self.clip_high} must be >= 0")

@@ -80,8 +80,9 @@ class CriticWorker:
                                                   "critic/values_mean": float(vals.sum())},
                            sums={"critic/vf_loss": float(loss.detach())})
 
-    def update(self, batch: TrainBatch) -> dict[str, float]:
-        """Value update on this rank's shard (all ranks call); needs ``values`` (old) and ``returns``.
+    def update(self, batch: TrainBatch, progress: tuple[int, int] | None = None) -> dict[str, float]:
+        """Value update on this rank's shard (all ranks call); needs ``values`` (old) and ``returns``. ``progress``:
+        (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
 
         Metrics (all-reduced): critic/vf_loss, critic/vf_clipfrac, critic/values_mean, critic/grad_norm,
         critic/lr, critic/skipped_steps.
@@ -89,7 +90,7 @@ class CriticWorker:
         missing = [n for n in ("values", "returns") if getattr(batch, n) is None]
         if missing:
             raise ValueError(f"CriticWorker.update needs batch fields {missing}; compute values and advantages first")
-        return self.trainable.update(batch, self.loss_mask, self._micro_loss)
+        return self.trainable.update(batch, self.loss_mask, self._micro_loss, progress=progress)
 
     def save(self, dir: str) -> None:
         """Write backbone (transformers folder) + ``value_head.safetensors`` + ``optimizer.pt`` (all ranks call)."""

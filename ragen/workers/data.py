@@ -26,8 +26,8 @@ class TrainBatch:
 
     Per row, shape (B,): seq_ids (long, the sequence, i.e. episode, a row belongs to: the ``turn`` layout's turn
     rows of one episode share it; ``None`` = every row is its own sequence), which the ``seq-mean-*`` loss
-    aggregations average over; seq_tokens (float, the loss-token count of the row's sequence within its mini-batch
-    on all ranks; set by ``Trainable.update``, never by callers).
+    aggregations average over; seq_tokens (float, the loss-token count of the row's sequence in the whole update's
+    batch on all ranks; set by ``Trainable.update`` (``trainable.mini_batch_counts``), never by callers).
     """
 
     input_ids: torch.Tensor
@@ -40,6 +40,7 @@ class TrainBatch:
     values: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
     is_weights: torch.Tensor | None = None
+    keep_mask: torch.Tensor | None = None
     seq_ids: torch.Tensor | None = None
     seq_tokens: torch.Tensor | None = None
 
@@ -70,6 +71,14 @@ class TrainBatch:
     def policy_mask(self) -> torch.Tensor:
         """The tokens the policy losses cover: ``loss_mask`` if set, else ``response_mask``. (B, T)."""
         return self.loss_mask if self.loss_mask is not None else self.response_mask
+
+    @property
+    def actor_mask(self) -> torch.Tensor:
+        """The tokens the actor's PPO loss covers and counts: :attr:`policy_mask` less the tokens rollout
+        correction rejected (``keep_mask``; verl's rule: a rejected token is out of the loss and its normaliser).
+        (B, T)."""
+        mask = self.policy_mask
+        return mask if self.keep_mask is None else mask * self.keep_mask.to(mask.dtype)
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The non-None fields by name."""

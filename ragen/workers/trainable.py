@@ -28,9 +28,10 @@ from ragen.workers.data import TrainBatch
 OPTIM_FILE = "optimizer.pt"
 
 
-def lr_multiplier(step: int, *, warmup_steps: int, schedule: str, total_steps: int | None,
+def lr_multiplier(step: float, *, warmup_steps: int, schedule: str, total_steps: int | None,
                   min_lr_ratio: float) -> float:
-    """lr / base lr at optimizer step ``step`` (0-based): linear warmup, then constant or cosine decay.
+    """lr / base lr at optimizer step ``step`` (0-based; a fractional position between two steps is allowed, see
+    ``Trainable.update``'s ``progress``): linear warmup, then constant or cosine decay.
 
     Warmup: (step + 1) / warmup_steps for step < warmup_steps. Cosine: min_lr_ratio + (1 - min_lr_ratio) *
     0.5 * (1 + cos(pi * p)), p = (step - warmup) / (total - warmup) clipped to [0, 1].
@@ -65,8 +66,8 @@ class Trainable:
     def __init__(self, module: nn.Module, cfg, device: torch.device, world_size: int, prefix: str,
                  lr_by_prefix: dict[str, float] | None = None):
         """``lr_by_prefix``: base learning rates of the parameters whose names start with a prefix (their own AdamW
-        group, same schedule), e.g. ``{"value_head.": 1e-5}``; the rest use ``cfg.lr`` (``cfg.train_lr`` for a
-        LoRA actor)."""
+        group, same schedule), e.g. ``{"value_head.": 1e-5}``; the rest use ``cfg.lr`` (a LoRA actor's adapters
+        too)."""
         self.module, self.cfg, self.device, self.world_size, self.prefix = module, cfg, device, world_size, prefix
         if cfg.lr_schedule == "cosine" and not cfg.total_steps:
             raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), got "
@@ -74,7 +75,7 @@ class Trainable:
                              "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
-        lr = getattr(cfg, "train_lr", cfg.lr)  # the actor's lora_lr when it trains LoRA adapters
+        lr = cfg.lr
         groups: dict[float, list[nn.Parameter]] = {}
         for n, p in named:
             own = [v for k, v in (lr_by_prefix or {}).items() if n.startswith(k)]
@@ -89,6 +90,20 @@ class Trainable:
         return lr_multiplier(step, warmup_steps=c.warmup_steps, schedule=c.lr_schedule, total_steps=c.total_steps,
                              min_lr_ratio=c.min_lr_ratio)
 
+    def _progress_multiplier(self, fraction: float) -> float:
+        """lr / base lr at ``fraction`` of the run's updates: warmup by optimizer steps taken, then the decay at
+        position ``fraction * total_steps`` of its horizon (see ``update``'s ``progress``)."""
+        c = self.cfg
+        position = self.steps if self.steps < c.warmup_steps else fraction * (c.total_steps or 1)
+        return lr_multiplier(position, warmup_steps=c.warmup_steps, schedule=c.lr_schedule,
+                             total_steps=c.total_steps, min_lr_ratio=c.min_lr_ratio)
+
+    def _set_lr(self, multiplier: float) -> float:
+        """Every group's rate = its base rate x ``multiplier``; returns the first group's."""
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["initial_lr"] * multiplier
+        return float(self.optimizer.param_groups[0]["lr"])
+
     def local_mini_batch_size(self, local_batch: int) -> int:
         """Rows per mini-batch on this rank; raises with the fix when the sizes do not divide."""
         mb, ws, p = self.cfg.mini_batch_size, self.world_size, self.prefix
@@ -102,12 +117,19 @@ class Trainable:
 
     def update(self, batch: TrainBatch, mask_fn: Callable[[TrainBatch], torch.Tensor],
                micro_loss: MicroLossFn, epochs: int | None = None, lr: float | None = None,
-               lr_end: float | None = None) -> dict[str, float]:
+               lr_end: float | None = None, progress: tuple[int, int] | None = None) -> dict[str, float]:
         """Run the update (``epochs`` passes, default ``ppo_epochs``); ``mask_fn`` gives the loss mask of a
         batch (for the global counts). ``lr``: a fixed learning rate for this update only (the warm start),
         which neither reads nor advances the lr schedule; with ``lr_end`` the rate goes linearly from ``lr``
         (first optimizer step) towards ``lr_end`` (the rate one step after the last: optimizer step i of n uses
         ``lr + (lr_end - lr) * i / n``), so consecutive calls can continue one decay.
+        ``progress``: ``(u, U)``, this is the run's update u of U (0-based; the trainer passes its RL step), and the
+        schedule follows the run's fraction rather than the optimizer steps taken: optimizer step i of this update's
+        n sits at ``total_steps * (u + i / n) / U`` of the schedule's horizon, and after the update the rate is the
+        schedule's at ``(u + 1) / U``, so the last update leaves it at ``min_lr_ratio`` however many mini-batches
+        each update had (the ``turn`` layout's row count varies; ``total_steps`` is its upper bound). Where every
+        update has the same n (the trajectory layout) this is the per-optimizer-step schedule exactly. Warmup counts
+        optimizer steps either way.
 
         Rows are taken in the order given: the worker group decides the global mini-batches (prompt order, the same
         at every world size: ``ragen.workers.data.mini_batch_plan``), this rank's i-th block of
@@ -128,9 +150,11 @@ class Trainable:
         scheduled = [g["lr"] for g in self.optimizer.param_groups]
         if lr_end is not None and fixed_lr is None:
             raise ValueError("lr_end needs lr (a fixed rate to decay from)")
+        if progress is not None and progress[1] < 1:
+            raise ValueError(f"progress={progress}: the run's update count must be >= 1")
         n_epochs = self.cfg.ppo_epochs if epochs is None else epochs
         minis = batch.chunk(local_mb)
-        counts = self._global_counts(minis, mask_fn)
+        counts = mini_batch_counts(minis, mask_fn, self.device)
         real = [(mini if c[2] is None else mini.with_fields(seq_tokens=c[2]), c[:2])
                 for mini, c in zip(minis, counts, strict=True) if c[0] > 0]
         n_total = n_epochs * len(real)
@@ -141,21 +165,26 @@ class Trainable:
                     lr = fixed_lr if lr_end is None else fixed_lr + (lr_end - fixed_lr) * n_mini / n_total
                     for g in self.optimizer.param_groups:
                         g["lr"] = lr
+                elif progress is not None:
+                    lr = self._set_lr(self._progress_multiplier((progress[0] + n_mini / n_total) / progress[1]))
                 total_tokens += n_tok
                 for micro in _micro_chunks(mini, self.cfg.micro_batch_size):
-                    res = micro_loss(micro.trim().to(self.device), n_tok, max(n_seq, 1.0))
+                    res = micro_loss(micro.trim().to(self.device), n_tok, n_seq if n_seq > 0 else 1.0)
                     # FSDP2 averages gradients over ranks; the loss is already normalised globally -> sum.
                     (res.loss * self.world_size).backward()
                     for k, v in res.token_sums.items():
                         token_acc[k] = token_acc.get(k, 0.0) + v
                     for k, v in res.sums.items():
                         sum_acc[k] = sum_acc.get(k, 0.0) + v
-                if fixed_lr is None:
+                if fixed_lr is None and progress is None:
                     lr = self.scheduler.get_last_lr()[0]
                 grad_norms.append(self._step(schedule=fixed_lr is None))
                 n_mini += 1
-        for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
-            g["lr"] = value
+        if fixed_lr is not None:  # a fixed rate was for this call only: the schedule's rate comes back
+            for g, value in zip(self.optimizer.param_groups, scheduled, strict=True):
+                g["lr"] = value
+        elif progress is not None:
+            self._set_lr(self._progress_multiplier((progress[0] + 1) / progress[1]))
         keys_t, keys_s = sorted(token_acc), sorted(sum_acc)
         reduced = D.all_reduce_sum([token_acc[k] for k in keys_t] + [sum_acc[k] for k in keys_s], self.device)
         metrics = {k: v / max(total_tokens, 1.0) for k, v in zip(keys_t, reduced[:len(keys_t)], strict=True)}
@@ -168,28 +197,6 @@ class Trainable:
         self.module.eval()
         release_free_memory()  # the micro-batches' activations: back to the OS, not kept at the peak
         return metrics
-
-    def _global_counts(self, minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor]
-                       ) -> list[tuple[float, float, torch.Tensor | None]]:
-        """(loss tokens, sequences with a loss token, per-row ``seq_tokens`` or None) of every mini-batch, summed
-        over ranks. Without ``seq_ids`` a sequence is a row (one all-reduce); with them (the ``turn`` layout's
-        episode ids) a sequence's loss tokens are summed over its rows in the mini-batch on every rank."""
-        if not minis or minis[0].seq_ids is None:
-            local: list[float] = []
-            for mini in minis:
-                mask = mask_fn(mini)
-                local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
-            total = D.all_reduce_sum(local, self.device) if local else []
-            return [(total[2 * i], total[2 * i + 1], None) for i in range(len(minis))]
-        width = int(D.all_reduce_max(max(float(m.seq_ids.max()) for m in minis), self.device)) + 1
-        per_seq = torch.cat([torch.bincount(m.seq_ids.long(), weights=mask_fn(m).sum(-1).double(), minlength=width)
-                             for m in minis])
-        per_seq = torch.tensor(D.all_reduce_sum(per_seq.tolist(), self.device), dtype=torch.float64)
-        out = []
-        for i, mini in enumerate(minis):
-            counts = per_seq[i * width:(i + 1) * width]
-            out.append((float(counts.sum()), float((counts > 0).sum()), counts[mini.seq_ids.long()].float()))
-        return out
 
     def _step(self, schedule: bool = True) -> float:
         """Clip, step (skipped when the grad norm is not finite), schedule; returns the pre-clip norm."""
@@ -223,6 +230,39 @@ class Trainable:
         D.load_optimizer_full_state(self.module, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state["steps"])
+
+
+def mini_batch_counts(minis: list[TrainBatch], mask_fn: Callable[[TrainBatch], torch.Tensor], device: torch.device
+                      ) -> list[tuple[float, float, torch.Tensor | None]]:
+    """The loss normalisers of each mini-batch of one update, summed over ranks: (loss tokens, sequences, per-row
+    ``seq_tokens`` or None). ``minis``: this rank's mini-batches in order (the i-th is its share of global mini-batch
+    i); ``mask_fn(mini)``: (b, T) the tokens the loss covers.
+
+    Without ``seq_ids`` a sequence is a row: each mini-batch counts its rows with a loss token (one all-reduce).
+    With them (the ``turn`` layout: a sequence is an episode, ``seq_ids`` its id) an episode's turn rows can fall
+    into several mini-batches (rows are packed in prompt order), so a mini-batch holds a share of an episode, not a
+    whole one. Each row's ``seq_tokens`` is then its episode's loss tokens over the whole batch (so a
+    ``seq-mean-token-mean`` piece is its share of the episode's token mean), and every mini-batch's sequence count
+    is the same, N / M: the batch's N episodes over its M mini-batches with a loss token. Summed over an update's
+    mini-batches every episode then weighs M / N, however its rows were cut (1 / N per sequence and mini-batch, as
+    in the trajectory layout, where M / N = 1 / episodes per mini-batch).
+    """
+    if not minis or minis[0].seq_ids is None:
+        local: list[float] = []
+        for mini in minis:
+            mask = mask_fn(mini)
+            local += [float(mask.sum()), float(mask.bool().any(-1).sum())]
+        total = D.all_reduce_sum(local, device) if local else []
+        return [(total[2 * i], total[2 * i + 1], None) for i in range(len(minis))]
+    width = int(D.all_reduce_max(max(float(m.seq_ids.max()) for m in minis), device)) + 1
+    per_seq = torch.cat([torch.bincount(m.seq_ids.long(), weights=mask_fn(m).sum(-1).double(), minlength=width)
+                         for m in minis])
+    per_seq = torch.tensor(D.all_reduce_sum(per_seq.tolist(), device), dtype=torch.float64).view(len(minis), width)
+    episode_tokens = per_seq.sum(0)
+    tokens = per_seq.sum(1)
+    n_episodes, n_minis = float((episode_tokens > 0).sum()), float((tokens > 0).sum())
+    seqs = n_episodes / n_minis if n_minis else 0.0
+    return [(float(tokens[i]), seqs, episode_tokens[mini.seq_ids.long()].float()) for i, mini in enumerate(minis)]
 
 
 def _in_prompt_order(batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor | None]:

@@ -119,3 +119,19 @@ def test_kl_estimators():
     torch.testing.assert_close(penalties, -0.1 * d)
     assert math.isclose(metrics["actor/reward_kl_penalty"], float(d.mean()), rel_tol=1e-12)
     assert math.isclose(float(kl_loss(lp, ref, torch.tensor([[1, 0]]), kind="k2")), 0.5 * float(d[0, 0]) ** 2)
+
+
+@pytest.mark.parametrize("adv", [-1.0, 1.0])
+def test_extreme_log_ratio_gives_a_finite_loss_and_gradient(adv):
+    # float32, as the workers compute: exp(100) overflows to inf without the clamp, and inf * 0-gradient is NaN
+    lp = torch.tensor([[100.0, 0.1]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    a = torch.tensor([[adv, 1.0]])
+    loss, m = policy_loss(lp, old, a, torch.ones(1, 2))
+    loss.backward()
+    assert math.isfinite(float(loss)) and bool(torch.isfinite(lp.grad).all())
+    # the extreme token: ratio e^20 (clamped); A < 0 -> -A * e^20, A > 0 -> the clip at 1.2; no gradient through it
+    extreme = -adv * math.exp(20.0) if adv < 0 else -adv * 1.2
+    assert float(loss) == pytest.approx((extreme - math.exp(0.1) * 1.0) / 2, rel=1e-5)
+    assert float(lp.grad[0, 0]) == 0.0 and float(lp.grad[0, 1]) == pytest.approx(-math.exp(0.1) / 2, rel=1e-5)
+    assert math.isfinite(m["actor/ppo_kl"])

@@ -92,7 +92,7 @@ def test_filtered_bc_updates_the_policy_without_a_critic(tmp_path):
 def test_archer_trains_lora_adapters_on_a_frozen_base(tmp_path):
     """``actor.lora_rank`` reaches the ArCHer policy (a ``PolicyWorker``): the checkpoint holds merged weights that
     moved, plus the adapters; resuming from it restores base + adapters."""
-    overrides = [*_overrides(tmp_path), "actor.lora_rank=4", "actor.lora_lr=5e-2"]
+    overrides = [*_overrides(tmp_path), "actor.lora_rank=4", "actor.lr=5e-2"]
     run(load_train_config("archer_twenty_questions", overrides))
     records = read_metrics(tmp_path)
     assert_all_finite(records)

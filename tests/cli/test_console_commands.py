@@ -88,7 +88,9 @@ def test_help_of_eval_and_report_and_the_console_script(tmp_path, subprocess_env
     assert main(["trian"]) == 2 and "did you mean `ragen train`?" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:
         main(["eval", "--help"])
-    assert info.value.code == 0 and "usage: ragen eval" in capsys.readouterr().out
+    eval_help = capsys.readouterr().out
+    assert info.value.code == 0 and "usage: ragen eval" in eval_help
+    assert "NAME.yaml" not in eval_help and "registered env" in eval_help  # --env takes any env by name
     with pytest.raises(SystemExit) as info:
         main(["report", "--help"])
     assert info.value.code == 0 and "ragen report runs/frozen_lake_gae" in capsys.readouterr().out

@@ -78,14 +78,19 @@ def lookup(cfg: TrainConfig, key: str) -> Any:
     return obj
 
 
-def rejection(cfg_or_error: TrainConfig | ConfigError) -> ConfigError | None:
-    """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes."""
+def rejection(cfg_or_error: TrainConfig | ConfigError, overrides: tuple[str, ...] = ()) -> ConfigError | None:
+    """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes.
+    ``overrides``: what a command line would have set (the context and the row's key), for the rules that count
+    only the keys a command sets (``ragen.trainer.inert.explicit_keys``); the probe base's own settings stand for a
+    recipe's."""
     if isinstance(cfg_or_error, ConfigError):
         return cfg_or_error
     from ragen.launch import validate
+    from ragen.trainer.inert import command_line_keys, explicit_keys
 
     try:
-        validate(cfg_or_error)
+        with explicit_keys(command_line_keys(overrides)):
+            validate(cfg_or_error)
     except ConfigError as exc:
         return exc
     return None
@@ -105,22 +110,25 @@ def credit(cfg: TrainConfig) -> dict[str, torch.Tensor]:
 
 
 def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
+    """The actor's loss on the probe batch, built as the trainer builds it: ``phases.to_train_batch`` (the turn
+    layout's episode ids as ``seq_ids``), rollout correction's weights or rejection mask, and the normalisers of
+    ``Trainable.update`` (``mini_batch_counts``) over the batch as one mini-batch."""
     from ragen.trainer import phases
     from ragen.trainer.derived import actor_worker_config
     from ragen.workers.actor import policy_objective
-    from ragen.workers.data import TrainBatch
+    from ragen.workers.trainable import mini_batch_counts
 
     c = credit(cfg)
     batch = c.pop("_batch")
     x = batch.extra
-    weights, _ = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
-    tb = TrainBatch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                    response_mask=batch.response_mask, old_log_probs=x["old_log_probs"],
-                    ref_log_probs=x["ref_log_probs"], advantages=c["advantages"], is_weights=weights)
+    correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
+    tb = phases.to_train_batch(batch).with_fields(
+        old_log_probs=x["old_log_probs"], ref_log_probs=x["ref_log_probs"], advantages=c["advantages"],
+        is_weights=correction.is_weights, keep_mask=correction.keep_mask)
+    [(num_tokens, num_seqs, seq_tokens)] = mini_batch_counts([tb], lambda b: b.actor_mask, torch.device("cpu"))
+    tb = tb if seq_tokens is None else tb.with_fields(seq_tokens=seq_tokens)
     lp = x["log_probs"].clone().requires_grad_(True)
-    mask = tb.policy_mask
-    value, _, _ = policy_objective(actor_worker_config(cfg), lp, x["entropy"], tb, float(mask.sum()),
-                                   float(mask.bool().any(-1).sum()))
+    value, _, _ = policy_objective(actor_worker_config(cfg), lp, x["entropy"], tb, num_tokens, max(num_seqs, 1e-9))
     value.backward()
     return {"loss": value.detach(), "grad": lp.grad.detach()}
 

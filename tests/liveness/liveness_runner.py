@@ -27,7 +27,7 @@ def built(row: Row, case: Case) -> tuple[TrainConfig, TrainConfig | ConfigError]
     """(the context's config, the config with the row's key set to the case's value, or the ConfigError the schema
     raised for it). Fails when the context itself does not validate or already holds the value."""
     base = CONFIGS.build(case.context)
-    own = P.rejection(base)
+    own = P.rejection(base, case.context)
     assert own is None, f"the context {case.context} of {row.id} does not validate: {own}"
     current = P.lookup(base, row.key)
     value = (not current) if case.value is FLIP else case.value
@@ -43,7 +43,7 @@ def built(row: Row, case: Case) -> tuple[TrainConfig, TrainConfig | ConfigError]
 def verdict(row: Row, case: Case) -> tuple[str, str]:
     """("accepted" | "inert" | "rejected", the error message) of the case's value under validation alone."""
     _, alt = built(row, case)
-    err = P.rejection(alt)
+    err = P.rejection(alt, (*case.context, f"{row.key}=?"))
     if err is None:
         return "accepted", ""
     return ("inert" if INERT in str(err) else "rejected"), str(err)
@@ -58,7 +58,7 @@ def check(row: Row, case: Case) -> None:
     """Assert the case's expectation (see ``liveness_model``); the message names the key, value and context."""
     what = f"{row.id}={show(case.value)} under {list(case.context) or 'the probe base'}"
     base, alt = built(row, case)
-    err = P.rejection(alt)
+    err = P.rejection(alt, (*case.context, f"{row.key}=?"))
     if case.expect == "rejected" or (case.expect == "live" and err is not None and INERT not in str(err)):
         assert err is not None, f"{what} was accepted but the table says validation rejects it"
         named = case.match or row.key.split(".")[-1]

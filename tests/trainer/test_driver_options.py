@@ -177,7 +177,7 @@ def test_lora_actor_is_its_own_reference_and_syncs_merged_weights(tmp_path, monk
 
     monkeypatch.setattr(PolicyWorker, "compute_ref_log_probs", spy_ref)
     overrides = [*tiny_overrides(tmp_path, 2), *FAST, "algorithm=grpo", "algorithm.kl_in_reward=true",
-                 "actor.use_kl_loss=true", "actor.lora_rank=4", "actor.lora_lr=5e-2", "actor.entropy_coef=0.5",
+                 "actor.use_kl_loss=true", "actor.lora_rank=4", "actor.lr=5e-2", "actor.entropy_coef=0.5",
                  "rollout.n_groups=4", "actor.mini_batch_size=8", "trainer.report=false"]
     run(load_train_config("ppo_bandit", overrides))
     assert calls == ["actor", "actor"]

@@ -1,5 +1,6 @@
 """Unit tests of the driver's pure helpers: rollout filtering, metrics, trainer-state helpers."""
 
+import dataclasses
 import json
 import random
 
@@ -105,3 +106,26 @@ def test_logprob_gap_metrics_over_response_tokens_only():
     assert out["rollout/logprob_diff_max"] == pytest.approx(0.6)
     empty = logprob_gap_metrics(engine, trainer, torch.zeros_like(mask))
     assert empty == {"rollout/logprob_diff_mean": 0.0, "rollout/logprob_diff_max": 0.0}
+
+
+def test_rejection_modes_drop_tokens_from_the_actor_loss_and_its_normaliser():
+    """rollout_correction token_mask: a rejected token leaves the actor's loss mask (verl's rule), so the policy loss
+    at ratio 1 is the mean over the kept tokens only; token_tis gives weights and no mask."""
+    from ragen.algorithms.losses import aggregate_loss
+    from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
+    from ragen.trainer.phases import rollout_correction, to_train_batch
+
+    batch = _batch([1.0, 0.0], group_size=2)
+    engine = torch.zeros(2, 6)
+    engine[0, 3] = -5.0  # ratio e^5 > high=2 on one token of row 0: rejected
+    batch = dataclasses.replace(batch, sample_log_probs=engine)
+    old = torch.zeros(2, 6)
+    masked = rollout_correction(RolloutCorrectionConfig(mode="token_mask"), batch, old)
+    assert masked.is_weights is None and masked.metrics["rollout_correction/masked_frac"] == pytest.approx(1 / 6)
+    tb = to_train_batch(batch).with_fields(keep_mask=masked.keep_mask)
+    assert tb.actor_mask.tolist() == [[0, 0, 1, 0, 1, 0], [0, 0, 1, 1, 1, 0]]
+    adv = torch.arange(12, dtype=torch.float).view(2, 6)
+    kept = adv[tb.actor_mask.bool()]
+    assert float(aggregate_loss(-adv, tb.actor_mask)) == pytest.approx(float(-kept.sum() / 5))  # 5 kept, not 6
+    tis = rollout_correction(RolloutCorrectionConfig(mode="token_tis"), batch, old)
+    assert tis.keep_mask is None and float(tis.is_weights[0, 3]) == pytest.approx(2.0)

@@ -9,7 +9,7 @@ import torch
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, compute_advantage
 from ragen.algorithms.reference import random_inputs
 from ragen.launch import validate
-from ragen.trainer.compose import compose, to_train_config
+from ragen.trainer.compose import compose, load_train_config, to_train_config
 from ragen.trainer.config import ConfigError
 
 CASES = [
@@ -56,6 +56,9 @@ CASES = [
     (["agent.top_p=0.9"], "agent.top_p=0.9 / agent.top_k=0 truncate sampling"),
     (["agent.layout=turn", "actor.mini_batch_size=6"], None),  # turn rows vary: the trainer pads them
     (["trainer.total_steps=0"], "trainer.total_steps=0 must be >= 1"),
+    (["actor.lr=0"], "actor.lr=0.0 trains nothing: every actor update would leave its weights as they are"),
+    (["critic.lr=0"], "critic.lr=0.0 trains nothing"),
+    (["actor.lr=0", "trainer.val_only=true"], None),
     (["trainer.device=tpu"], "trainer.device='tpu' is unknown"),
     (["rollout.engine=sglang"], "rollout.engine='sglang' is unknown"),
     # on CPU: fine where the CPU build of vLLM is installed (scripts/setup_vllm_env.sh), else the hint to build it
@@ -163,7 +166,8 @@ CREDIT_CASES = [
     (["env=frozen_lake", "agent.max_model_len=1400"], None),
     (["critic.mask_env_tokens=false"], "critic.mask_env_tokens=false trains the critic's values at prompt and env "
                                        "tokens toward a return of 0"),
-    (["algorithm=grpo", "critic.mask_env_tokens=false"], None),  # no critic: the key does nothing
+    (["algorithm=grpo", "critic.mask_env_tokens=false"],  # no critic: the key would do nothing
+     "critic.mask_env_tokens=false has no effect: no critic: algorithm.estimator='grpo' reads no values"),
     (["algorithm.skip_env_tokens=false", "algorithm.lam=0.95"],
      "algorithm.skip_env_tokens=false with algorithm.lam=0.95 < 1 makes algorithm.estimator='gae' read"),
     (["algorithm=weighted_gae", "algorithm.skip_env_tokens=false", "algorithm.lam=0.9"],
@@ -200,7 +204,19 @@ INERT_CASES = [
      "algorithm.use_step_reward=false has no effect: algorithm.estimator='ms_grpo' reads the step and outcome rewards"),
     (["actor.kl_loss_coef=0.1"], "actor.kl_loss_coef=0.1 has no effect: actor.use_kl_loss=false"),
     (["actor.kl_kind=k1"], "actor.kl_kind='k1' has no effect: actor.use_kl_loss=false"),
-    (["actor.lora_lr=0.01"], "actor.lora_lr=0.01 has no effect: actor.lora_rank=0"),
+    (["actor.lora_alpha=8.0"], "actor.lora_alpha=8.0 has no effect: actor.lora_rank=0"),
+    (["actor.lora_rank=8", "actor.lr=1e-4"], None),  # the adapters train at actor.lr
+    (["algorithm=grpo", "critic.lr=1e-3"], "critic.lr=0.001 has no effect: no critic: algorithm.estimator='grpo'"),
+    (["algorithm=grpo", "critic.value_clip=0.1"], "critic.value_clip=0.1 has no effect: no critic"),
+    (["algorithm=grpo", "critic.share_backbone=true"], "critic.share_backbone=true has no effect: no critic"),
+    (["algorithm=grpo", "critic.mini_batch_size=16"], None),  # batch shapes: the device presets set them for all runs
+    (["critic.share_backbone=true", "critic.loss_agg=seq-mean-token-sum"],
+     "critic.loss_agg='seq-mean-token-sum' has no effect: critic.share_backbone=true: the value head trains in the "
+     "actor's update"),
+    (["critic.share_backbone=true", "critic.ppo_epochs=2"], "critic.ppo_epochs=2 has no effect: critic.share_backbone"),
+    (["critic.share_backbone=true", "critic.grad_clip=5.0"], "critic.grad_clip=5.0 has no effect: critic.share_back"),
+    (["critic.share_backbone=true", "critic.weight_decay=0.1"], "critic.weight_decay=0.1 has no effect"),
+    (["critic.share_backbone=true", "critic.lr=1e-3", "critic.value_clip=0.1"], None),  # the head reads both
     (["actor.min_lr_ratio=0.1"], "actor.min_lr_ratio=0.1 has no effect: actor.lr_schedule=constant"),
     (["critic.total_steps=5"], "critic.total_steps=5 has no effect: critic.lr_schedule=constant"),
     (["critic.shared_loss_coef=1.0"], "critic.shared_loss_coef=1.0 has no effect: no critic shares"),
@@ -317,3 +333,21 @@ def test_kl_in_reward_is_rejected_exactly_for_estimators_that_ignore_penalties(n
     # the KL loss term is the supported way, and kl_in_reward=false is accepted
     validate(to_train_config(compose("base", _with_pinned([*overrides[:1], "env=search_qa",
                                                             "actor.use_kl_loss=true"]))))
+
+
+def test_a_recipes_critic_settings_stay_valid_when_the_command_switches_to_a_critic_free_estimator():
+    # ppo_bandit's recipe gives its shared value head critic.lr=5e-4; `bash train_ppo.sh algorithm=grpo` must run, and
+    # a critic.lr typed on the same command line must be refused (the command line's keys: explicit_keys)
+    from ragen.launch import validate
+    from ragen.trainer.inert import command_line_keys, explicit_keys
+
+    switch = ["algorithm=grpo", "rollout.group_size=8"]
+    cfg = load_train_config("ppo_bandit", switch)
+    assert cfg.critic.lr == 5e-4
+    with explicit_keys(command_line_keys(switch)):
+        validate(cfg)
+    typed = [*switch, "critic.lr=1e-4"]
+    with explicit_keys(command_line_keys(typed)), pytest.raises(ConfigError, match="critic.lr=0.0001 has no effect"):
+        validate(load_train_config("ppo_bandit", typed))
+    with pytest.raises(ConfigError, match="critic.lr=0.0005 has no effect: no critic"):  # provenance unknown: strict
+        validate(cfg)

@@ -191,3 +191,29 @@ def test_tiny_kwarg_and_local_group_world_size():
     assert g.worker.config.vocab_size == 49152
     with pytest.raises(ValueError, match="world_size=1 only"):
         LocalWorkerGroup(PolicyWorker, world_size=2)
+
+
+def test_one_extreme_log_prob_gap_does_not_skip_the_step(batch):
+    # a stale or corrupt old log-prob 100 nats below the current one on one token: its ratio is clamped (e^20), so
+    # the mini-batch's gradient stays finite and the optimizer step runs instead of being skipped
+    old = batch.old_log_probs.clone()
+    row, col = 0, int(batch.response_mask[0].nonzero()[-1])
+    old[row, col] -= 100.0
+    adv = batch.advantages.clone()
+    adv[row, col] = -1.0
+    g = actor()
+    before = g.call_rank0("full_state_dict")
+    m = g.call("update", batch.with_fields(old_log_probs=old, advantages=adv))
+    assert m["actor/skipped_steps"] == 0.0 and math.isfinite(m["actor/grad_norm"])
+    assert _max_diff(before, g.call_rank0("full_state_dict")) > 1e-4
+
+
+def test_rejected_tokens_leave_the_actor_loss_and_its_normaliser(batch):
+    # keep_mask (rollout correction's *_mask modes): the update equals one on a loss mask without those tokens
+    keep = (torch.rand(8, 24, generator=torch.Generator().manual_seed(3)) > 0.3).long()
+    a, b = actor(entropy_coef=0.01), actor(entropy_coef=0.01)
+    ma = a.call("update", batch.with_fields(keep_mask=keep))
+    mb = b.call("update", batch.with_fields(loss_mask=batch.response_mask * keep))
+    for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+        assert ma[k] == pytest.approx(mb[k], rel=1e-6), k
+    assert _max_diff(a.call_rank0("full_state_dict"), b.call_rank0("full_state_dict")) == 0.0

@@ -55,3 +55,39 @@ def test_turn_rows_of_an_episode_are_one_sequence(model_dir, agg):
     if agg != "token-mean":  # three turn rows counted as three sequences: another loss
         assert losses["turn rows as sequences"] != pytest.approx(expected, rel=1e-3)
 
+
+
+def _episode_weights(model_dir: str, agg: str) -> list[float]:
+    """Total weight of each of 4 episodes (3, 1, 2 and 1 turns, one model token per turn) in one update of two
+    mini-batches of 4 rows: the factor on the episode's aggregate (its token sum or token mean), read off
+    ``actor/pg_loss`` at ratio 1 with advantage 1 on that episode's tokens."""
+    prompt, obs = [5, 6, 7], [8]
+    turns = [3, 1, 2, 1]
+    rows, seq = [], []
+    for e, n in enumerate(turns):  # episode order; the group shares its first prompt, so turn 0 rows pack first
+        history: list[tuple[list[int], bool]] = [(prompt, False)]
+        for k in range(n):
+            rows.append(history + [([20 + 3 * e + k], True)])
+            seq.append(e)
+            history = history + [([20 + 3 * e + k], False), (obs, False)]
+    rows.append([([1], False)])  # a padding row: 8 rows, two mini-batches of 4
+    seq.append(len(turns))
+    batch = _rows(rows).with_fields(seq_ids=torch.tensor(seq))
+    cfg = ActorConfig(lr=0.0, mini_batch_size=4, micro_batch_size=4, mixed_precision="fp32", loss_agg=agg)
+    actor = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=cfg)
+    batch = batch.with_fields(old_log_probs=actor.call("compute_log_probs", batch))
+    weights = []
+    for e in range(len(turns)):
+        adv = batch.response_mask.float() * (torch.tensor(seq) == e).float()[:, None]
+        m = actor.call("update", batch.with_fields(advantages=adv))
+        total = -2 * m["actor/pg_loss"]  # pg_loss is the mean over the 2 mini-batches
+        weights.append(total / turns[e] if agg == "seq-mean-token-sum" else total)  # the episode's sum is n tokens
+    return weights
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-sum", "seq-mean-token-mean"])
+def test_an_episode_weighs_the_same_however_its_turn_rows_are_cut_into_mini_batches(model_dir, agg):
+    # prompt order packs the group's turn-0 rows into the first mini-batch and the later turns of episodes 0 and 2
+    # into the second: counting each piece as a sequence gave [0.75, 0.25, 0.75, 0.25]; the rule (a sequence is the
+    # episode, 1 / N per sequence and mini-batch) gives every episode M / N = 2 / 4 over the update
+    assert _episode_weights(model_dir, agg) == pytest.approx([0.5, 0.5, 0.5, 0.5], rel=1e-5)

@@ -121,7 +121,7 @@ def test_lora_actor_world_size_2_equals_1(ray_cluster, model_dir, tmp_path):
     """LoRA under FSDP2 (frozen base and trainable adapters in the same units): the update, the merged weights the
     engine receives, the adapters-off reference and a checkpoint all match world size 1."""
     batch = _batch()
-    acfg = ActorConfig(lora_rank=4, lora_alpha=8.0, lora_lr=1e-2, mini_batch_size=8, micro_batch_size=2,
+    acfg = ActorConfig(lora_rank=4, lora_alpha=8.0, lr=1e-2, mini_batch_size=8, micro_batch_size=2,
                        ppo_epochs=2, mixed_precision="fp32", clip_high=0.2)
     kw = {"model_name_or_path": model_dir}
     one = LocalWorkerGroup(PolicyWorker, cfg=dataclasses.replace(acfg, micro_batch_size=8), **kw)

@@ -67,7 +67,7 @@ def test_merge_by_hand_and_unmerge_round_trip():
 
 
 def _actor(model_dir, **cfg) -> LocalWorkerGroup:
-    base = {"lr": 1e-3, "lora_lr": 1e-2, "mini_batch_size": 8, "micro_batch_size": 4, "mixed_precision": "fp32",
+    base = {"lr": 1e-2, "mini_batch_size": 8, "micro_batch_size": 4, "mixed_precision": "fp32",
             "lora_rank": RANK, "lora_alpha": ALPHA}
     return LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=ActorConfig(**{**base, **cfg}))
 
@@ -85,7 +85,7 @@ def test_lora_actor_update_reference_and_checkpoint(model_dir, tmp_path):
     batch = _batch(plain)
     g = _actor(model_dir)
     worker = g.worker
-    assert worker.trainable.optimizer.param_groups[0]["lr"] == 1e-2  # lora_lr, not lr
+    assert worker.trainable.optimizer.param_groups[0]["lr"] == 1e-2  # the adapters train at actor.lr
     torch.testing.assert_close(g.call("compute_log_probs", batch), batch.old_log_probs, atol=1e-6, rtol=1e-6)
     before = g.call_rank0("full_state_dict")
     for _ in range(3):
@@ -126,7 +126,7 @@ def test_plain_actor_has_no_lora_reference(model_dir):
 
 
 @pytest.mark.parametrize("kwargs, match", [({"lora_rank": -1}, "lora_rank=-1"),
-                                           ({"lora_rank": 4, "lora_lr": 0.0}, "lora_lr > 0"),
+                                           ({"lora_rank": 4, "lora_alpha": 0.0}, "lora_alpha > 0"),
                                            ({"lora_rank": 4, "lora_target_modules": []}, "lora_target_modules")])
 def test_lora_config_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -94,27 +94,43 @@ class SafetensorsReader:
     def read(self, key: str, index: Index = ()) -> torch.Tensor:
         """``tensor[index]`` as a new CPU tensor of the stored dtype: the rows of ``index[0]`` are read from the
         file in one positioned read, the other dimensions are sliced in memory."""
-        file, dtype_name, shape, offset = self._where[key]
-        dtype = _DTYPES[dtype_name]
+        _, dtype_name, shape, _ = self._where[key]
         bounds = _bounds(index, shape)
-        row_elems = math.prod(shape[1:])
         (r0, r1) = bounds[0] if shape else (0, 1)
-        count = (r1 - r0) * row_elems
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        raw = torch.empty(count * itemsize, dtype=torch.uint8)
-        if count:
-            fd = os.open(file, os.O_RDONLY)
-            try:
-                view, done = memoryview(raw.numpy()), 0
-                while done < len(view):
-                    n = os.preadv(fd, [view[done:]], offset + r0 * row_elems * itemsize + done)
-                    if n <= 0:
-                        raise OSError(f"{file} ends inside tensor {key!r}; the file is truncated")
-                    done += n
-            finally:
-                os.close(fd)
-        rows = raw.view(dtype).reshape((r1 - r0, *shape[1:]) if shape else ())
+        rows = torch.empty((r1 - r0, *shape[1:]) if shape else (), dtype=_DTYPES[dtype_name])
+        self._read_rows(key, r0, rows)
         return rows[(slice(None), *(slice(a, b) for a, b in bounds[1:]))] if shape else rows
+
+    def read_into(self, key: str, index: Index, out: torch.Tensor) -> bool:
+        """Read ``tensor[index]`` straight into ``out`` (no buffer) when that is a plain copy: ``out`` a contiguous
+        CPU tensor of the stored dtype and the index's shape, ``index`` whole in every dimension but the first.
+        Returns False, having read nothing, otherwise."""
+        _, dtype_name, shape, _ = self._where[key]
+        bounds = _bounds(index, shape)
+        whole = all(b == (0, size) for b, size in zip(bounds[1:], shape[1:], strict=True))
+        if (out.device.type != "cpu" or out.dtype != _DTYPES[dtype_name] or not out.is_contiguous() or not whole
+                or tuple(out.shape) != tuple(b - a for a, b in bounds)):
+            return False
+        self._read_rows(key, bounds[0][0] if shape else 0, out)
+        return True
+
+    def _read_rows(self, key: str, first_row: int, out: torch.Tensor) -> None:
+        """Fill the contiguous ``out`` with the stored bytes of ``key`` from row ``first_row`` on."""
+        file, _, shape, offset = self._where[key]
+        start = offset + first_row * math.prod(shape[1:]) * out.element_size()
+        view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
+        if not len(view):
+            return
+        fd = os.open(file, os.O_RDONLY)
+        try:
+            done = 0
+            while done < len(view):
+                n = os.preadv(fd, [view[done:]], start + done)
+                if n <= 0:
+                    raise OSError(f"{file} ends inside tensor {key!r}; the file is truncated")
+                done += n
+        finally:
+            os.close(fd)
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -7,8 +7,9 @@ them and allocate only their own shards (``ragen.workers.dist.shard_model``). ``
      shard, or the whole tensor at world size 1), read from its ``Source``: a safetensors file read by slices
      (``ragen.models.weights``), a tensor in memory (a tiny random model, LoRA's initial adapters, a zero value
      head) or a computed value (a LoRA base weight unmerged from a checkpoint's merged weight).
-So every rank reads only what it keeps: at most its shards plus the slice being read in host memory, whatever the
-world size, and no rank builds, loads or broadcasts a full copy. Tied parameters are one tensor, loaded once.
+So every rank reads only what it keeps, in blocks of rows (``BLOCK_BYTES``): its host memory holds at most its
+shards (CPU) plus one block, whatever the world size, and no rank builds, loads or broadcasts a full copy. Tied
+parameters are one tensor, loaded once.
 
 A load plan maps module state-dict names (``lm.model.layers.0.mlp.up_proj.weight``) to sources;
 ``checkpoint_names`` matches them to a checkpoint's names (with or without the base model's prefix, the way
@@ -17,7 +18,7 @@ A load plan maps module state-dict names (``lm.model.layers.0.mlp.up_proj.weight
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -30,16 +31,21 @@ from ragen.models.weights import Index, MemoryReader, SafetensorsReader, TensorR
 
 @dataclass(frozen=True)
 class Source:
-    """Where one module tensor's values come from: the full tensor's ``shape`` and ``read(index)``, which returns
-    ``full[index]`` on the CPU (any dtype; the copy into the module converts)."""
+    """Where one module tensor's values come from: the full tensor's ``shape``, ``read(index)``, which returns
+    ``full[index]`` on the CPU (any dtype; the copy into the module converts), and optionally ``read_into(index,
+    out)``, which reads ``full[index]`` straight into ``out`` where it can (a file read without a buffer) and
+    returns whether it did."""
 
     shape: tuple[int, ...]
     read: Callable[[Index], torch.Tensor]
+    read_into: Callable[[Index, torch.Tensor], bool] | None = None
 
 
 def reader_sources(reader: TensorReader, names: dict[str, str]) -> dict[str, Source]:
     """``{module name: Source}`` reading ``reader``'s tensor ``names[module name]``."""
-    return {mod: Source(tuple(reader.shape(key)), lambda index, key=key: reader.read(key, index))
+    direct = getattr(reader, "read_into", None)
+    return {mod: Source(tuple(reader.shape(key)), lambda index, key=key: reader.read(key, index),
+                        None if direct is None else lambda index, out, key=key: direct(key, index, out))
             for mod, key in names.items()}
 
 
@@ -84,6 +90,24 @@ def module_tensors(module: nn.Module) -> list[tuple[list[str], torch.Tensor]]:
     return list(groups.values())
 
 
+BLOCK_BYTES = 16 * 2**20
+"""Largest part of a tensor read at once (rows of dim 0, counted at 4 bytes an element or the tensor's element size
+when larger): the host memory a load needs beyond the shards."""
+
+
+def _row_blocks(local: torch.Tensor, index: Index) -> Iterator[tuple[slice, Index]]:
+    """(rows of ``local``, the same rows' index in the full tensor) in blocks of at most ``BLOCK_BYTES``."""
+    if local.dim() == 0:
+        yield slice(None), index
+        return
+    start, count = index[0].start, local.shape[0]
+    row_bytes = max(1, local[0].numel() * max(4, local.element_size())) if count else 1
+    step = max(1, BLOCK_BYTES // row_bytes)
+    for s in range(0, count, step):
+        e = min(count, s + step)
+        yield slice(s, e), (slice(start + s, start + e), *index[1:])
+
+
 @torch.no_grad()
 def load_weights(module: nn.Module, plan: dict[str, Source], *, optional: Callable[[str], bool] = lambda n: False,
                  ) -> list[str]:
@@ -103,8 +127,10 @@ def load_weights(module: nn.Module, plan: dict[str, Source], *, optional: Callab
             raise ValueError(f"weight {name}: the checkpoint holds shape {tuple(source.shape)}, the model has "
                              f"{tuple(tensor.shape)}; the checkpoint belongs to another model configuration")
         local, index = local_part(tensor)
-        if local.numel():
-            local.copy_(source.read(index))
+        if source.read_into is not None and source.read_into(index, local):
+            continue
+        for rows, part in _row_blocks(local, index):
+            local[rows].copy_(source.read(part))
     if missing:
         raise ValueError(f"the checkpoint lacks {len(missing)} weight(s) of the model, e.g. {missing[:5]}; expected "
                          "a checkpoint of this model's architecture with transformers' tensor names")

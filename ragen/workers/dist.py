@@ -156,7 +156,8 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float | None) -> float:
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Full (unsharded) fp32 CPU state dict on rank 0; other ranks get ``{}`` (all ranks must call)."""
+    """Full (unsharded) CPU state dict on rank 0, in the parameters' dtype (fp32 master weights; a bf16 reference's
+    bf16); other ranks get ``{}`` (all ranks must call)."""
     if not is_sharded():
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from types import EllipsisType
 
 import torch
 from torch import nn
@@ -95,10 +96,11 @@ BLOCK_BYTES = 16 * 2**20
 when larger): the host memory a load needs beyond the shards."""
 
 
-def _row_blocks(local: torch.Tensor, index: Index) -> Iterator[tuple[slice, Index]]:
-    """(rows of ``local``, the same rows' index in the full tensor) in blocks of at most ``BLOCK_BYTES``."""
+def _row_blocks(local: torch.Tensor, index: Index) -> Iterator[tuple[slice | EllipsisType, Index]]:
+    """(rows of ``local``, the same rows' index in the full tensor) in blocks of at most ``BLOCK_BYTES`` (a 0-d
+    tensor: all of it, ``...``)."""
     if local.dim() == 0:
-        yield slice(None), index
+        yield ..., index
         return
     start, count = index[0].start, local.shape[0]
     row_bytes = max(1, local[0].numel() * max(4, local.element_size())) if count else 1

@@ -133,3 +133,22 @@ def test_restored_buffers_are_the_models_own():
         lm.model.rotary_emb.inv_freq.fill_(123.0)
     assert restore_non_persistent_buffers(lm) == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
     assert torch.equal(lm.model.rotary_emb.inv_freq, plain.model.rotary_emb.inv_freq)
+
+
+def test_every_tensor_rank_loads_by_blocks_of_rows(monkeypatch):
+    """0-d buffers, empty tensors and tensors larger than one read block (copied block by block) all load."""
+    from torch import nn
+
+    monkeypatch.setattr(M, "BLOCK_BYTES", 3 * 4 * 4)  # 3 rows of 4 fp32 per block: a 10-row tensor takes 4 reads
+    module = nn.Module()
+    module.register_buffer("scale", torch.tensor(0.0))
+    module.big = nn.Parameter(torch.zeros(10, 4))
+    module.none = nn.Parameter(torch.zeros(0, 4))
+    state = {"scale": torch.tensor(2.5), "big": torch.arange(40.0).reshape(10, 4).double(), "none": torch.zeros(0, 4)}
+    reads = []
+    plan = {k: M.Source(s.shape, lambda i, s=s: reads.append(i) or s.read(i)) for k, s in
+            M.reader_sources(MemoryReader(state), {k: k for k in state}).items()}
+    assert M.load_weights(module, plan) == []
+    assert module.scale == 2.5 and torch.equal(module.big, state["big"].float()) and module.big.dtype == torch.float32
+    assert [i[0] for i in reads if len(i) == 2 and i[0].stop > 0] == [slice(0, 3), slice(3, 6), slice(6, 9),
+                                                                      slice(9, 10)]

@@ -182,15 +182,23 @@ def bare_step(model, opt, batch, micro: int, device: str, bf16: bool, clip: floa
 
 
 def policy_worker(model, cfg):
-    """A ``PolicyWorker`` around ``model`` (the worker builds its LM with ``build_causal_lm``: swapped for this)."""
+    """A ``PolicyWorker`` holding ``model``'s weights: the worker builds its LM on the meta device and reads the
+    weights through ``ragen.workers.materialize.open_model``, swapped here for one that reads them from ``model``."""
     import ragen.workers.actor as actor
+    import ragen.workers.materialize as M
+    from ragen.models.meta import empty_from_config
+    from ragen.models.weights import MemoryReader
 
-    saved = actor.build_causal_lm
-    actor.build_causal_lm = lambda *args, **kwargs: model
+    def from_memory(name, tiny, cache_dir, dtype=torch.float32, attn_implementation=None):
+        return (empty_from_config(model.config, dtype, attn_implementation=attn_implementation),
+                MemoryReader(model.state_dict()))
+
+    saved = M.open_model
+    M.open_model = from_memory
     try:
         return actor.PolicyWorker("random-weights", cfg)
     finally:
-        actor.build_causal_lm = saved
+        M.open_model = saved
 
 
 def time_ours(shape: str, cfg, batch, args, mem: PhaseMemory):
@@ -199,6 +207,7 @@ def time_ours(shape: str, cfg, batch, args, mem: PhaseMemory):
         model = build_model(shape, args.device)
         worker = policy_worker(model, cfg)
     n = matmul_params(model)
+    del model  # the worker holds its own copy of the weights
     with mem.phase("old_log_probs"):
         batch = batch.with_fields(old_log_probs=worker.compute_log_probs(batch))
     with mem.phase("actor_update"):

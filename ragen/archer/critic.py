@@ -191,16 +191,17 @@ class ArcherCriticWorker:
     gradients, so a step equals the world-size-1 step on the whole mini-batch. With ``micro_batch_size`` a rank
     runs its rows in passes of that many (the update accumulates their gradients, which add up to the one-pass
     gradient; inference concatenates), so a large mini-batch (the paper's 256 turns) fits in memory.
+    ``device``: the run's ``trainer.device`` (``cpu`` / ``cuda``; None: CUDA when visible), as ``PolicyWorker``'s.
     """
 
     def __init__(self, cfg: CriticSettings, rank: int = 0, world_size: int = 1, master_addr: str = "127.0.0.1",
-                 master_port: int = 29500, *, num_threads: int | None = None) -> None:
+                 master_port: int = 29500, *, num_threads: int | None = None, device: str | None = None) -> None:
         if num_threads:
             torch.set_num_threads(num_threads)
         match_driver_priority()
         redirect_worker_output()
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
-        self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        self.device = D.init_distributed(rank, world_size, master_addr, master_port, device=device)
         encoder, tok = load_encoder(cfg.encoder, cfg.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)

@@ -133,11 +133,14 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement
     """The worker group of ``role`` (actor / critic / ref): Ray placement group ranks, or in-process.
 
     ``placement_group``: the run's shared GPU placement group (``placement.shared_placement_group``; rank r in
-    bundle r); None = the group makes its own. ``init_kwargs`` go to the worker's constructor.
+    bundle r); None = the group makes its own. ``init_kwargs`` go to the worker's constructor, with ``device``: the
+    run's device (``derived.device``, ``cpu`` / ``cuda``), so every worker computes where ``trainer.device`` says,
+    also ``cpu`` on a machine with GPUs.
     """
     from ragen.workers import LocalWorkerGroup, WorkerGroup
 
     ws = world_size(train_cfg, role)
+    init_kwargs.setdefault("device", device(train_cfg))
     if not train_cfg.trainer.use_ray:
         return LocalWorkerGroup(worker_cls, **init_kwargs)
     resources: dict[str, float] = {"CPU": train_cfg.trainer.cpus_per_worker}

@@ -29,7 +29,19 @@ def rss_gb() -> float:
 
 
 def peak_rss_gb() -> float:
-    """Peak resident set size of this process so far, in GiB (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    """Peak resident set size of this process so far, in GiB.
+
+    Linux: ``VmHWM`` of /proc/self/status, the high-water mark of this process image. (``ru_maxrss`` is not: a
+    process started by fork + exec starts from the resident set its parent had at the fork, so a worker or test
+    child spawned by a large parent would report the parent's size as its own peak.) Elsewhere ``ru_maxrss``
+    (bytes on macOS)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024 / _GB
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / _GB if sys.platform == "darwin" else peak * 1024 / _GB
 

@@ -20,29 +20,48 @@ import torch
 from ragen.algorithms.losses import bc_loss, entropy_loss, kl_estimate, kl_loss, policy_loss, value_loss
 from ragen.models.attention import resolve_attn_implementation
 from ragen.models.value_head import HEAD_FILE, zero_value_head
+from ragen.models.weights import MemoryReader, SafetensorsReader, TensorReader
 from ragen.utils.console import redirect_worker_output
+from ragen.utils.hardware import resolve_precision
 from ragen.utils.memory import memory_stats
 from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
+from ragen.workers import materialize as M
 from ragen.workers.config import ActorConfig, SharedValueHead
 from ragen.workers.data import TrainBatch
 from ragen.workers.logprob import LogProbModel
-from ragen.workers.lora import ADAPTER_FILE, adapter_state, adapters_disabled, add_lora, merge_lora, to_lora_keys
+from ragen.workers.lora import (
+    ADAPTER_FILE,
+    adapter_names,
+    adapter_state,
+    adapters_disabled,
+    add_lora,
+    initial_adapters,
+    is_adapter_key,
+    merge_lora,
+    merge_weight,
+    plain_name,
+)
 from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 
 ROLES = ("actor", "ref")
 
 
-def build_causal_lm(model_name_or_path: str, tiny: dict | None, cache_dir: str | None,
-                    attn_implementation: str | None = None):
-    """Load the policy LM in fp32 (master weights): ``tiny_model(**tiny)`` for tests, else ``load_model``; with
-    ``attn_implementation`` (a resolved one: ``ragen.models.attention``; None = transformers' default)."""
-    from ragen.models import load_model, tiny_model
+def lm_names(module: LogProbModel, reader: TensorReader) -> dict[str, str]:
+    """{module name: name in ``reader``} of the causal LM's weights in ``module`` (a LoRA base weight under its plain
+    name; with or without the base model's prefix, ``ragen.workers.materialize.checkpoint_names``)."""
+    names = [n for group, _ in M.module_tensors(module) for n in group]
+    return M.checkpoint_names(names, reader.keys(), prefix="lm.", base_prefix=f"{module.lm.base_model_prefix}.",
+                              rename=plain_name)
 
-    if tiny is not None:
-        return tiny_model(**tiny, attn_implementation=attn_implementation)
-    return load_model(model_name_or_path, dtype=torch.float32, cache_dir=cache_dir,
-                      attn_implementation=attn_implementation)
+
+def weight_dtype(role: str, mixed_precision: str, device: torch.device) -> torch.dtype:
+    """The dtype a policy worker holds its weights in: fp32 master weights for the actor (its optimizer updates
+    them); the reference policy, which has no optimizer, in its compute precision: bf16 where
+    ``resolve_precision(mixed_precision, device)`` gives bf16, else fp32."""
+    if role == "ref" and resolve_precision(mixed_precision, device)[0] == "bf16":
+        return torch.bfloat16
+    return torch.float32
 
 
 def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.Tensor, b: TrainBatch,
@@ -82,6 +101,12 @@ def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.T
 class PolicyWorker:
     """One rank of the policy (``role='actor'``) or reference (``role='ref'``, frozen, no optimizer) group.
 
+    The model is built on the meta device, sharded, and only this rank's shards are allocated and read from the
+    checkpoint (``ragen.workers.materialize``): no rank holds a full copy while it starts. The actor keeps fp32
+    master weights; the reference holds its weights in its compute precision (``weight_dtype``: bf16 where
+    ``mixed_precision`` resolves to bf16 on its device, else fp32), so its log-probs differ from an fp32-weight
+    reference by bf16 rounding of the weights (the ``bf16`` compute rounds them anyway).
+
     Args: ``model_name_or_path`` (alias, folder or hub id, see ``ragen.models.load_model``), ``cfg``,
     ``rank`` / ``world_size`` / ``master_addr`` / ``master_port`` (process group; world size 1 needs none),
     ``tiny`` (kwargs of ``ragen.models.tiny_model``: build a tiny random model instead, for tests),
@@ -90,13 +115,15 @@ class PolicyWorker:
     same cores should pass the core count here), ``value_head`` (the actor is also the critic: a value head on its
     backbone, trained jointly; ``compute_values`` as ``CriticWorker``'s), ``attn_implementation``
     (``model.attn_implementation``; ``auto`` is resolved on this rank's device with ``cfg.mixed_precision``:
-    ``ragen.models.attention``; the resolved name is ``self.attn_implementation``).
+    ``ragen.models.attention``; the resolved name is ``self.attn_implementation``), ``device`` (the run's
+    ``trainer.device``, ``cpu`` / ``cuda``; None: CUDA when visible; ``ragen.workers.dist.init_distributed``).
     """
 
     def __init__(self, model_name_or_path: str, cfg: ActorConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, role: str = "actor",
                  tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None,
-                 value_head: SharedValueHead | None = None, attn_implementation: str = "auto"):
+                 value_head: SharedValueHead | None = None, attn_implementation: str = "auto",
+                 device: str | None = None):
         if role not in ROLES:
             raise ValueError(f"role={role!r} is unknown; use one of {ROLES}")
         self.cfg, self.rank, self.world_size, self.role = cfg, rank, world_size, role
@@ -106,20 +133,11 @@ class PolicyWorker:
         match_driver_priority()
         redirect_worker_output()
         torch.manual_seed(cfg.seed)
-        self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        self.device = D.init_distributed(rank, world_size, master_addr, master_port, device=device)
         self.attn_implementation = resolve_attn_implementation(attn_implementation, self.device, cfg.mixed_precision)[0]
-        lm = build_causal_lm(model_name_or_path, tiny, cache_dir, self.attn_implementation)
         self.lora = cfg.lora and role == "actor"
-        if self.lora:
-            add_lora(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
-        if cfg.gradient_checkpointing and role == "actor":
-            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.config = lm.config
         self.value_spec = value_head if role == "actor" else None
-        head = zero_value_head(lm.config.hidden_size) if self.value_spec else None
-        detach = bool(self.value_spec and self.value_spec.grad == "head")
-        self.module = D.shard_model(LogProbModel(lm, head, detach_values=detach), lm.model.layers, device=self.device,
-                                    mixed_precision=cfg.mixed_precision)
+        self.module = self._build(model_name_or_path, tiny, cache_dir)
         self.module.eval()
         self.trainable: Trainable | None = None
         if role == "ref":
@@ -127,6 +145,34 @@ class PolicyWorker:
         else:
             head_lr = {"value_head.": self.value_spec.lr} if self.value_spec else None
             self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="actor", lr_by_prefix=head_lr)
+
+    def _build(self, model_name_or_path: str, tiny: dict | None, cache_dir: str | None) -> LogProbModel:
+        """The (sharded) ``LogProbModel``: built on the meta device with its LoRA adapters and value head, sharded,
+        then given its values: the checkpoint's weights, LoRA's seeded initial adapters (those of a plain build,
+        ``initial_adapters``), a zero value head."""
+        cfg = self.cfg
+        lm, reader = M.open_model(model_name_or_path, tiny, cache_dir,
+                                  weight_dtype(self.role, cfg.mixed_precision, self.device),
+                                  attn_implementation=self.attn_implementation)
+        adapters: dict[str, torch.Tensor] = {}
+        if self.lora:
+            adapters = initial_adapters(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
+            add_lora(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
+        if cfg.gradient_checkpointing and self.role == "actor":
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.config = lm.config
+        head = None
+        if self.value_spec:
+            with torch.device("meta"):
+                head = zero_value_head(lm.config.hidden_size)
+        detach = bool(self.value_spec and self.value_spec.grad == "head")
+        module = D.shard_model(LogProbModel(lm, head, detach_values=detach), lm.model.layers, device=self.device,
+                               mixed_precision=cfg.mixed_precision)
+        plan = M.reader_sources(reader, lm_names(module, reader))
+        plan.update(M.reader_sources(MemoryReader(adapters), {f"lm.{k}": k for k in adapters}))
+        if head is not None:
+            plan.update(M.zeros(("value_head.weight", (1, lm.config.hidden_size)), ("value_head.bias", (1,))))
+        return M.materialize(module, plan)
 
     # ---------------------------------------------------------------------------------------------- forward
     def _log_probs(self, b: TrainBatch, with_entropy: bool, temperature: float | None = None
@@ -328,41 +374,45 @@ class PolicyWorker:
             print(f"[PolicyWorker] no tokenizer saved with the checkpoint ({exc})")
 
     def load(self, dir: str) -> None:
-        """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``.
+        """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``; every rank
+        reads only its own slices of the files (``ragen.workers.materialize``).
 
         A LoRA actor loads a LoRA checkpoint as base = merged - scale * B @ A plus the adapters (fp32 round-off
         ~1e-7 relative), and a plain checkpoint as its frozen base with the adapters left as they are; a shared
-        value head is loaded when the folder has one (else it stays as built: zero)."""
-        from transformers import AutoModelForCausalLM
-
+        value head is loaded when the folder has one (else it stays as it is)."""
         directory = Path(dir)
-        lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
-        state = {f"lm.{k}": v for k, v in lm.state_dict().items()}
-        del lm
-        if self.lora:
-            state = self._lora_state(state, directory / ADAPTER_FILE)
+        reader = SafetensorsReader(directory)
+        names = lm_names(self.module, reader)
+        extra = M.unused(names, reader)
+        if extra:
+            raise ValueError(f"{directory} holds weights this policy does not have: {extra[:5]}")
+        plan = M.reader_sources(reader, names)
+        if self.lora and (directory / ADAPTER_FILE).is_file():
+            plan.update(self._unmerged_sources(plan, SafetensorsReader(directory / ADAPTER_FILE)))
         if self.value_spec is not None and (directory / HEAD_FILE).is_file():
-            from safetensors.torch import load_file
-
-            state.update({f"value_head.{k}": v for k, v in load_file(directory / HEAD_FILE).items()})
-        unexpected = sorted(set(state) - set(self.module.state_dict()))
-        if unexpected:
-            raise ValueError(f"{directory} holds weights this policy does not have: {unexpected[:5]}")
-        D.load_full_state_dict(self.module, state, strict=False)  # absent adapters / value head stay as built
+            head = SafetensorsReader(directory / HEAD_FILE)
+            plan.update(M.reader_sources(head, {f"value_head.{k}": k for k in head.keys()}))
+        M.load_weights(self.module, plan, optional=lambda n: is_adapter_key(n) or n.startswith("value_head."))
         if self.trainable is not None and (directory / "optimizer.pt").is_file():
             self.trainable.load_state(directory)
         D.barrier()
 
-    def _lora_state(self, merged: dict[str, torch.Tensor], adapter_file: Path) -> dict[str, torch.Tensor]:
-        """Full LoRA state dict (base under ``base_layer`` names, plus adapters when ``adapter_file`` exists)."""
-        state = to_lora_keys(merged, list(self.module.state_dict()))
-        if adapter_file.is_file():
-            from safetensors.torch import load_file
+    def _unmerged_sources(self, merged: dict[str, M.Source], adapters: TensorReader) -> dict[str, M.Source]:
+        """Sources of a LoRA checkpoint: the adapters as saved, and each adapted base weight as the merged weight
+        minus scale * B @ A, computed on the rows this rank reads."""
+        scale = self.cfg.lora_alpha / self.cfg.lora_rank
+        plan = M.reader_sources(adapters, {k: k for k in adapters.keys()})
+        for name, source in merged.items():
+            pair = adapter_names(name)
+            if pair is None or pair[0] not in plan:
+                continue
+            a, b = plan[pair[0]], plan[pair[1]]
 
-            adapters = load_file(adapter_file)
-            unmerged = merge_lora({**state, **adapters}, -self.cfg.lora_alpha / self.cfg.lora_rank)
-            state = {**to_lora_keys(unmerged, list(state)), **adapters}
-        return state
+            def read(index, w=source, a=a, b=b):
+                return merge_weight(w.read(index), a.read((slice(None), *index[1:])), b.read(index[:1]), -scale)
+
+            plan[name] = M.Source(source.shape, read)
+        return plan
 
     def ping(self) -> int:
         """Returns the rank (readiness check for worker groups)."""

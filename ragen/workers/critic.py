@@ -13,12 +13,14 @@ import torch
 
 from ragen.algorithms.losses import value_loss
 from ragen.models.attention import resolve_attn_implementation
+from ragen.models.meta import empty_model
 from ragen.models.value_head import HEAD_FILE, ValueModel
+from ragen.models.weights import SafetensorsReader, TensorReader
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.memory import memory_stats
 from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
-from ragen.workers.actor import build_causal_lm
+from ragen.workers import materialize as M
 from ragen.workers.config import CriticConfig
 from ragen.workers.data import TrainBatch
 from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
@@ -28,30 +30,52 @@ class CriticWorker:
     """One rank of the critic group. Same constructor arguments as ``PolicyWorker`` (no role, no value head).
 
     ``model_name_or_path`` is either a causal LM (alias, folder, hub id: the backbone is initialised from it and
-    the head from zero) or a folder written by ``save`` (backbone + ``value_head.safetensors``).
+    the head from zero) or a folder written by ``save`` (backbone + ``value_head.safetensors``). Like the policy,
+    the model is built on the meta device and each rank reads only its own shards (``ragen.workers.materialize``);
+    weights are fp32 (master weights).
     """
 
     def __init__(self, model_name_or_path: str, cfg: CriticConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, tiny: dict | None = None,
-                 cache_dir: str | None = None, num_threads: int | None = None, attn_implementation: str = "auto"):
+                 cache_dir: str | None = None, num_threads: int | None = None, attn_implementation: str = "auto",
+                 device: str | None = None):
         self.cfg, self.rank, self.world_size = cfg, rank, world_size
         if num_threads:
             torch.set_num_threads(num_threads)
         match_driver_priority()
         redirect_worker_output()
         torch.manual_seed(cfg.seed)
-        self.device = D.init_distributed(rank, world_size, master_addr, master_port)
+        self.device = D.init_distributed(rank, world_size, master_addr, master_port, device=device)
         self.attn_implementation = resolve_attn_implementation(attn_implementation, self.device, cfg.mixed_precision)[0]
         if tiny is None and (Path(model_name_or_path) / HEAD_FILE).is_file():
-            model = ValueModel.load(model_name_or_path, attn_implementation=self.attn_implementation)
+            backbone, path = empty_model(model_name_or_path, base=True, attn_implementation=self.attn_implementation)
+            with torch.device("meta"):
+                model = ValueModel(backbone)
+            reader, head = SafetensorsReader(path), SafetensorsReader(Path(path) / HEAD_FILE)
         else:
-            model = ValueModel.from_causal_lm(build_causal_lm(model_name_or_path, tiny, cache_dir,
-                                                              self.attn_implementation))
+            lm, reader = M.open_model(model_name_or_path, tiny, cache_dir,
+                                      attn_implementation=self.attn_implementation)
+            with torch.device("meta"):
+                model = ValueModel.from_causal_lm(lm)
+            head = None
         if cfg.gradient_checkpointing:
             model.backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.module = D.shard_model(model, model.layers, device=self.device, mixed_precision=cfg.mixed_precision)
+        plan = M.reader_sources(reader, self._backbone_names(reader))
+        if head is None:
+            plan.update(M.zeros(("head.weight", (1, model.backbone.config.hidden_size)), ("head.bias", (1,))))
+        else:
+            plan.update(M.reader_sources(head, {f"head.{k}": k for k in head.keys()}))
+        M.materialize(self.module, plan)
         self.module.eval()
         self.trainable = Trainable(self.module, cfg, self.device, world_size, prefix="critic")
+
+    def _backbone_names(self, reader: TensorReader) -> dict[str, str]:
+        """{module name: name in ``reader``} of the backbone's weights (a critic folder's names, or a causal LM's
+        with the base model's prefix)."""
+        names = [n for group, _ in M.module_tensors(self.module) for n in group]
+        prefix = f"{self.module.backbone.base_model_prefix}."
+        return M.checkpoint_names(names, reader.keys(), prefix="backbone.", base_prefix=prefix)
 
     def loss_mask(self, batch: TrainBatch) -> torch.Tensor:
         """Tokens the value loss covers: the policy mask (model tokens) or, without mask_env_tokens, all real
@@ -104,9 +128,16 @@ class CriticWorker:
         D.barrier()
 
     def load(self, dir: str) -> None:
-        """Load weights and optimizer/scheduler state written by ``save``."""
+        """Load weights and optimizer/scheduler state written by ``save`` (each rank reads its own slices)."""
         directory = Path(dir)
-        D.load_full_state_dict(self.module, ValueModel.load(directory).state_dict())
+        reader, head = SafetensorsReader(directory), SafetensorsReader(directory / HEAD_FILE)
+        names = self._backbone_names(reader)
+        extra = M.unused(names, reader)
+        if extra:
+            raise ValueError(f"{directory} holds weights this critic does not have: {extra[:5]}")
+        plan = M.reader_sources(reader, names)
+        plan.update(M.reader_sources(head, {f"head.{k}": k for k in head.keys()}))
+        M.load_weights(self.module, plan)
         if (directory / "optimizer.pt").is_file():
             self.trainable.load_state(directory)
         D.barrier()

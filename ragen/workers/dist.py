@@ -32,24 +32,34 @@ from ragen.utils.hardware import resolve_precision
 
 
 def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1", master_port: int = 29500,
-                     backend: str | None = None) -> torch.device:
+                     backend: str | None = None, device: str | None = None) -> torch.device:
     """Pick this rank's device and, for world size > 1, join the process group; returns the device.
 
-    Device: the first visible CUDA device when there is one (Ray sets CUDA_VISIBLE_DEVICES per actor),
-    else CPU. Backend: ``backend`` or nccl on GPU / gloo on CPU. Idempotent (an existing group is reused).
+    ``device``: the run's ``trainer.device`` as resolved by the trainer (``ragen.trainer.derived.device``): ``cpu``
+    computes on the CPU even where CUDA is visible, ``cuda`` on the first visible CUDA device (Ray sets
+    CUDA_VISIBLE_DEVICES per actor; no CUDA visible is an error). None (direct users): the first visible CUDA
+    device when there is one, else CPU. Backend: ``backend`` or nccl on GPU / gloo on CPU. Idempotent (an existing
+    group is reused).
     """
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"bad rank/world size: rank={rank}, world_size={world_size}")
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f"device={device!r} is unknown; use 'cpu', 'cuda' or None (CUDA when visible)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("this worker was placed for trainer.device=cuda but sees no CUDA device "
+                           f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+                           "set trainer.device=cpu or give the workers GPUs")
+    use_cuda = device == "cuda" or (device is None and torch.cuda.is_available())
+    chosen = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+    if chosen.type == "cuda":
+        torch.cuda.set_device(chosen)
     if world_size > 1 and not dist.is_initialized():
-        backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        backend = backend or ("nccl" if chosen.type == "cuda" else "gloo")
         os.environ.setdefault("MASTER_ADDR", master_addr)
         os.environ.setdefault("MASTER_PORT", str(master_port))
         dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
                                 world_size=world_size, timeout=datetime.timedelta(minutes=30))
-    return device
+    return chosen
 
 
 def is_sharded() -> bool:
@@ -59,23 +69,45 @@ def is_sharded() -> bool:
 
 def shard_model(model: nn.Module, layers: Iterable[nn.Module], *, device: torch.device,
                 mixed_precision: str = "auto") -> nn.Module:
-    """Move ``model`` to ``device`` and, when sharded, apply FSDP2 to each of ``layers`` then the root.
+    """Place ``model`` on ``device`` and, when sharded, apply FSDP2 to each of ``layers`` then the root.
 
-    Parameters stay fp32 (master weights). On GPU with ``mixed_precision`` resolving to bf16 the FSDP2 policy
-    casts them to bf16 for compute; elsewhere ``compute_autocast`` provides bf16 compute.
+    A model built on the host is moved to ``device`` in fp32 (master weights) before sharding. A model built on
+    the meta device (``ragen.models.meta``) keeps its dtypes and is sharded first, then only this rank's shards
+    are allocated on ``device`` (``to_empty``; world size 1: the whole model, once): its values are uninitialised
+    until the caller loads them (``ragen.workers.materialize``). Tied parameters stay one parameter.
+    On GPU with ``mixed_precision`` resolving to bf16 the FSDP2 policy casts the parameters to bf16 for compute;
+    elsewhere ``compute_autocast`` provides bf16 compute.
     """
-    model.to(device=device, dtype=torch.float32)
-    if not is_sharded():
-        return model
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    on_meta = any(p.is_meta for p in model.parameters())
+    if not on_meta:
+        model.to(device=device, dtype=torch.float32)
+    ties = _tied_parameters(model)
+    if is_sharded():
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy()
-    if resolve_precision(mixed_precision, device)[0] == "bf16" and device.type == "cuda":
-        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in layers:
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        mp = MixedPrecisionPolicy()
+        if resolve_precision(mixed_precision, device)[0] == "bf16" and device.type == "cuda":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in layers:
+            fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+    if on_meta:
+        model.to_empty(device=device)
+        for (owner, name), *others in ties:  # to_empty gives each module attribute a parameter of its own
+            for module, attr in others:
+                if getattr(module, attr) is not getattr(owner, name):
+                    setattr(module, attr, getattr(owner, name))
     return model
+
+
+def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """The (module, attribute) places of every parameter that several module attributes share (tied embeddings)."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in model.modules():
+        for name, p in module._parameters.items():
+            if p is not None:
+                places.setdefault(id(p), []).append((module, name))
+    return [group for group in places.values() if len(group) > 1]
 
 
 def compute_autocast(device: torch.device, mixed_precision: str) -> contextlib.AbstractContextManager:
@@ -124,7 +156,8 @@ def clip_grad_norm(params: list[nn.Parameter], max_norm: float | None) -> float:
 
 
 def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Full (unsharded) fp32 CPU state dict on rank 0; other ranks get ``{}`` (all ranks must call)."""
+    """Full (unsharded) CPU state dict on rank 0, in the parameters' dtype (fp32 master weights; a bf16 reference's
+    bf16); other ranks get ``{}`` (all ranks must call)."""
     if not is_sharded():
         return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

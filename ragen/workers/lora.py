@@ -18,6 +18,7 @@ What LoRA buys the trainer:
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -54,6 +55,24 @@ def add_lora(model: nn.Module, rank: int, alpha: float, target_modules: Sequence
     for name, p in model.named_parameters():
         p.requires_grad_(is_adapter_key(name))
     return model
+
+
+def initial_adapters(model: nn.Module, rank: int, alpha: float, target_modules: Sequence[str] = DEFAULT_TARGETS,
+                     seed: int = 0) -> dict[str, torch.Tensor]:
+    """The adapter weights (fp32, CPU, names as in ``model``'s state dict after ``add_lora``) that ``add_lora(model,
+    rank, alpha, target_modules, seed)`` gives a plain fp32 model of ``model``'s architecture, computed without any
+    base weight: for a ``model`` on the meta device, whose own adapters ``add_lora`` leaves uninitialised.
+
+    peft's injection itself runs, on a copy of ``model`` whose linear weights are zero-stride CPU stand-ins: peft
+    creates each adapter on the CPU, draws it from the seeded RNG in module order and then moves it to its base
+    weight's device (here the CPU), so the draws, and the values, are those of the plain build bit for bit."""
+    skeleton = copy.deepcopy(model)
+    for module in skeleton.modules():
+        if isinstance(module, nn.Linear):
+            stand_in = torch.zeros((), dtype=torch.float32).expand(module.weight.shape)
+            module.weight = nn.Parameter(stand_in, requires_grad=False)
+    add_lora(skeleton, rank, alpha, target_modules, seed=seed)
+    return adapter_state(skeleton.state_dict())
 
 
 def is_adapter_key(name: str) -> bool:
@@ -95,9 +114,28 @@ def merge_lora(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.
         a, b = state.get(f"{prefix}{LORA_A}{leaf}"), state.get(f"{prefix}{LORA_B}{leaf}")
         merged = value
         if leaf == "weight" and a is not None and b is not None:
-            merged = (value.float() + scale * (b.float() @ a.float())).to(value.dtype)
+            merged = merge_weight(value, a, b, scale)
         out[f"{prefix}.{leaf}"] = merged
     return out
+
+
+def merge_weight(w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, scale: float) -> torch.Tensor:
+    """``W + scale * B @ A`` in fp32, returned in ``W``'s dtype. W: (out, in), B: (out, r), A: (r, in); rows of W
+    with the same rows of B give the same rows of the result (a rank's shard of a merged weight)."""
+    return (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+
+
+def adapter_names(base_name: str) -> tuple[str, str] | None:
+    """(A's name, B's name) of the adapters of a LoRA base weight's name (``<m>.base_layer.weight``), else None."""
+    if BASE not in base_name or not base_name.endswith(f"{BASE}weight"):
+        return None
+    prefix = base_name[:-len(f"{BASE}weight")]
+    return f"{prefix}{LORA_A}weight", f"{prefix}{LORA_B}weight"
+
+
+def plain_name(name: str) -> str:
+    """A LoRA model's name in the plain model (``<m>.base_layer.<leaf>`` -> ``<m>.<leaf>``; others unchanged)."""
+    return name.replace(BASE, ".")
 
 
 def to_lora_keys(state: dict[str, torch.Tensor], model_keys: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -45,13 +45,14 @@ optimizer state only in its update.
 Calibration (``python bench/memory_plan.py`` prints predicted against measured): ``PolicyWorker.update`` of a
 mini-batch of two micro-batches in a fresh process, the peak RSS during the second update minus the RSS before it
 (an AMD EPYC CPU with native bf16, autocast, one rank); differences between cases of one model cancel what no term
-models (about 0.2 GiB of allocator slack per process on this CPU). The tiny model (hidden 64, 2 layers, vocab 49152),
-whose update memory is its logits: 512 more selected tokens cost 0.49-0.60 GiB, 22-26 bytes per logit entry with
-gradients (``LOGIT_BYTES_GRAD = 24``), 18 in the no-grad pass. SmolLM2-135M (hidden 576, intermediate 1536, 30
-layers), 512-token rows without checkpointing: 512 more tokens cost 60-70 bytes per token, layer and hidden unit
-against 51.3 counted (``ACTIVATION_FACTOR = 1.3``); with checkpointing 0.25 GiB per 512 more tokens beyond the
-logits, 24 bytes per token, layer and hidden unit where the layer input is 4 (``CHECKPOINT_FACTOR = 6``). On GPUs
-(FSDP2, bf16 residual stream, fused attention kernels) the same formulas are expected to overestimate, not under.
+models (0.1-0.26 GiB of allocator slack per process on this CPU), and repeated runs on the shared machine spread by
+10-25%. The tiny model (hidden 64, 2 layers, vocab 49152), whose update memory is its logits: 512 more selected
+tokens cost 22-26 bytes per logit entry (``LOGIT_BYTES_GRAD = 24``), 18 in the no-grad pass. SmolLM2-135M (hidden
+576, intermediate 1536, 30 layers), rows of 512 tokens: without checkpointing 512 more tokens cost 1.15-1.3 x the
+structural count of 51.3 bytes per token, layer and hidden unit (``ACTIVATION_FACTOR = 1.3``); with checkpointing a
+layer keeps 6-9 x its fp32 input per token (``CHECKPOINT_FACTOR = 6``; with it the checkpointed cases' totals fall
+within the slack the other cases leave). On GPUs (FSDP2, bf16 residual stream, fused attention kernels) the same
+formulas are expected to overestimate rather than under.
 """
 
 from __future__ import annotations

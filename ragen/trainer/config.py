@@ -309,6 +309,9 @@ class TrainerSection:
     join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
     placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for one
     before failing with the resources the cluster lacks (``ragen.workers.placement_check``).
+    ``gpu_memory_gb``: GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.memory_check``;
+    null = the size of the GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``:
+    ``refuse`` a plan whose peak exceeds it, before anything starts, or ``warn`` (print the plan, start anyway).
     """
 
     total_steps: int = 20
@@ -348,6 +351,8 @@ class TrainerSection:
     ray_address: str | None = None
     placement_strategy: str = "PACK"
     placement_timeout_s: float = 120.0
+    gpu_memory_gb: float | None = None
+    memory_check: str = "refuse"
 
     def __post_init__(self) -> None:
         if self.max_consecutive_skips < 0:
@@ -365,6 +370,12 @@ class TrainerSection:
                              f"{', '.join(PLACEMENT_STRATEGIES)}")
         if not self.placement_timeout_s > 0:
             raise ValueError(f"trainer.placement_timeout_s must be > 0 seconds, got {self.placement_timeout_s}")
+        if self.gpu_memory_gb is not None and not self.gpu_memory_gb > 0:
+            raise ValueError(f"trainer.gpu_memory_gb must be > 0 (GiB of one training GPU, e.g. 80) or null (the "
+                             f"detected size), got {self.gpu_memory_gb}")
+        if self.memory_check not in ("refuse", "warn"):
+            raise ValueError(f"trainer.memory_check={self.memory_check!r} is unknown; use refuse (a plan that cannot "
+                             "fit the GPU fails before anything starts) or warn (print it and start anyway)")
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,14 @@
 runs the pre-start checks (``ragen.trainer.prestart``: the model's config and tokenizer without weights, the output
 folder, each env built once) and returns the plan: the start-up block a real run prints (``builders.startup_block``)
 plus the tokenizer, devices and GPUs, Ray, the batch arithmetic (groups x group size = episodes, rows, mini / micro
-batches, optimizer steps per step and in total), the agent's token budgets, validation and what the output folder
-holds. No worker, Ray, engine or file is created.
+batches, optimizer steps per step and in total), on GPUs the memory plan of one GPU per phase of a step
+(``ragen.trainer.memory_check``), the agent's token budgets, validation and what the output folder holds. No
+worker, Ray, engine or file is created.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -31,8 +33,8 @@ def plan_text(cfg: TrainConfig, model: ModelCheck) -> str:
     """The plan of a run of ``cfg`` whose model check found ``model`` (see the module docstring)."""
     lines = builders.startup_block(cfg, model.summary).splitlines()
     lines.insert(1, f"[ragen] tokenizer {model.tokenizer}")
-    lines += [devices_line(cfg), ray_line(cfg), *batch_lines(cfg), agent_line(cfg), validation_line(cfg),
-              output_line(cfg)]
+    lines += [devices_line(cfg), ray_line(cfg), *batch_lines(cfg), *memory_lines(cfg, model), agent_line(cfg),
+              validation_line(cfg), output_line(cfg)]
     head = ("[ragen] dry run (trainer.dry_run=true): config, model config + tokenizer, envs and output folder "
             "checked; nothing was started or written")
     return "\n".join([head, *lines])
@@ -51,7 +53,18 @@ def devices_line(cfg: TrainConfig) -> str:
                  f"sleep mode {'on' if v.enable_sleep_mode else 'off'}")
         text += (f"; vllm engine {where}, tensor_parallel_size {v.tensor_parallel_size}, gpu_memory_utilization "
                  f"{v.gpu_memory_utilization}")
+        if importlib.util.find_spec("vllm") is None:  # planning from a machine without GPUs (checks refuse it on one)
+            text += "; vllm is not installed here: the GPU machines need pip install -e .[gpu] (vllm==0.32.0)"
     return text
+
+
+def memory_lines(cfg: TrainConfig, model: ModelCheck) -> list[str]:
+    """The memory plan of one GPU (PPO family on cuda, with the model's sizes), else nothing."""
+    from ragen.trainer import memory_check
+
+    if model.shape is None or not memory_check.applies(cfg):
+        return []
+    return memory_check.memory_lines(cfg, *memory_check.memory_plan(cfg, model.shape))
 
 
 def ray_line(cfg: TrainConfig) -> str:

@@ -5,7 +5,11 @@ the run folder, ``config.json``, Ray or any worker exists, so a wrong model path
 seconds and prints one line per problem (``ConfigError``), never a traceback:
 
 * the model (``model.path``, or only the tokenizer with ``model.tiny=true``; ``critic.model_path`` when set): its
-  transformers config and tokenizer load (``ragen.models.inspect_model``; a dry run reads no weights);
+  transformers config and tokenizer load (``ragen.models.inspect_model``; a dry run reads no weights), and belong
+  together (:func:`tokenizer_problems`);
+* with the vLLM engine, ``rollout.vllm.tensor_parallel_size`` splits the model's heads evenly
+  (:func:`tensor_parallel_problems`);
+* on GPUs (PPO family), the memory plan fits one GPU (``ragen.trainer.memory_check``; ``trainer.memory_check``);
 * ``trainer.resume`` given as a path names a complete checkpoint;
 * the output folder: a run saved there (``<trainer.output_dir>/config.json``) with another config is refused,
   naming each differing key with its old and new value, unless ``trainer.resume=force``; the keys in
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragen.models.shape import ModelShape, model_shape, tiny_shape
 from ragen.trainer.config import ConfigError, TrainConfig
 
 # Keys a continued run may change: its length, resume mode, logging, progress, reporting, fault handling and
@@ -32,7 +37,8 @@ RESUME_KEYS = frozenset({
     "trainer.report_train_samples", "trainer.report_val_samples", "trainer.max_restarts",
     "trainer.max_consecutive_skips", "trainer.worker_call_timeout_s", "trainer.worker_start_timeout_s",
     "trainer.placement_timeout_s", "trainer.ray_address", "trainer.num_threads", "trainer.cpus_per_worker",
-    "trainer.use_ray", "trainer.placement_strategy", "model.cache_dir",
+    "trainer.use_ray", "trainer.placement_strategy", "model.cache_dir", "trainer.gpu_memory_gb",
+    "trainer.memory_check",
 })
 SHOWN_DIFFERENCES = 6  # differing keys named in the message (the rest are counted)
 
@@ -40,10 +46,11 @@ SHOWN_DIFFERENCES = 6  # differing keys named in the message (the rest are count
 @dataclass(frozen=True)
 class ModelCheck:
     """What the model check found: ``summary`` (architecture, sizes, parameters) and ``tokenizer`` (class,
-    vocabulary, special tokens) for the plan."""
+    vocabulary, special tokens) for the plan, and the policy's ``shape`` (None when its config lacks a size)."""
 
     summary: str
     tokenizer: str
+    shape: ModelShape | None = None
 
 
 def check_before_start(cfg: TrainConfig, *, dry_run: bool = False) -> ModelCheck:
@@ -52,11 +59,70 @@ def check_before_start(cfg: TrainConfig, *, dry_run: bool = False) -> ModelCheck
     problems = run_dir_problems(cfg) + resume_problems(cfg)
     model, model_problems = _model_check(cfg, convert=not dry_run)
     problems += model_problems
+    if model.shape is not None:
+        problems += tensor_parallel_problems(cfg, model.shape) + _memory_problems(cfg, model.shape)
     if dry_run:
         problems += env_problems(cfg)
     if problems:
         raise ConfigError(problems)
     return model
+
+
+def _memory_problems(cfg: TrainConfig, shape: ModelShape) -> list[str]:
+    from ragen.trainer import memory_check
+
+    if not memory_check.applies(cfg):
+        return []
+    return memory_check.memory_problems(cfg, *memory_check.memory_plan(cfg, shape))
+
+
+def tensor_parallel_problems(cfg: TrainConfig, shape: ModelShape) -> list[str]:
+    """vLLM splits the attention heads over ``rollout.vllm.tensor_parallel_size`` GPUs: the query heads evenly, and
+    the key/value heads evenly or, when there are fewer of them than GPUs, each head on a whole number of GPUs."""
+    tp = cfg.rollout.vllm.tensor_parallel_size
+    if cfg.rollout.engine != "vllm" or tp <= 1:
+        return []
+    kv_ok = shape.kv_heads % tp == 0 if shape.kv_heads >= tp else tp % shape.kv_heads == 0
+    if shape.heads % tp == 0 and kv_ok:
+        return []
+    fits = [n for n in range(1, cfg.trainer.n_gpus_per_node + 1) if shape.heads % n == 0
+            and (shape.kv_heads % n == 0 if shape.kv_heads >= n else n % shape.kv_heads == 0)]
+    return [f"rollout.vllm.tensor_parallel_size={tp} does not split the model's {shape.heads} attention heads and "
+            f"{shape.kv_heads} key/value heads evenly over {tp} GPUs, so vLLM would refuse to start; use one of "
+            f"{fits or [1]}"]
+
+
+def tokenizer_problems(config: Any, tokenizer: Any, key: str) -> list[str]:
+    """The tokenizer must belong to the model of ``config`` (``key`` names the model's config key).
+
+    Every id the tokenizer produces indexes the embedding, so ``len(tokenizer) <= vocab_size`` (a padded embedding,
+    as Qwen2.5's 152064 rows for 151665 tokens, is fine); the end-of-turn token (the tokenizer's eos, which ends
+    every response) must be an id below vocab_size; and the model config's bos / eos ids must be special tokens of
+    this tokenizer (they are the tokens the model was trained to start and stop with: another model's tokenizer
+    has other ids there, or none)."""
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int):
+        return []
+    size, out = len(tokenizer), []
+    fix = f"use the model's own tokenizer (model.tokenizer_path, or the tokenizer files in the {key} folder)"
+    if size > vocab:
+        out.append(f"the tokenizer has {size} tokens but {key}'s vocab_size is {vocab}: ids >= {vocab} have no "
+                   f"embedding; {fix}")
+    eot = tokenizer.eos_token
+    eot_id = tokenizer.convert_tokens_to_ids(eot) if eot is not None else None
+    if eot_id is None or not 0 <= eot_id < vocab:
+        out.append(f"the tokenizer's end-of-turn token {eot!r} (id {eot_id}) is not below {key}'s vocab_size "
+                   f"{vocab}; {fix}")
+    specials = set(tokenizer.all_special_ids) | set(tokenizer.get_added_vocab().values())
+    for name in ("bos_token_id", "eos_token_id"):
+        value = getattr(config, name, None)
+        ids = [value] if isinstance(value, int) else list(value or [])
+        strangers = [i for i in ids if i not in specials]
+        if strangers:
+            out.append(f"{key}'s config has {name}={value}, but id {strangers[0]} is no special token of the "
+                       f"tokenizer ({type(tokenizer).__name__}, {size} tokens): the tokenizer does not belong to the "
+                       f"model; {fix}")
+    return out
 
 
 def _model_check(cfg: TrainConfig, convert: bool) -> tuple[ModelCheck, list[str]]:
@@ -78,13 +144,19 @@ def _model_check(cfg: TrainConfig, convert: bool) -> tuple[ModelCheck, list[str]
     config, tokenizer = (None, None) if m.tiny else load("model.path", m.path, convert, own_tokenizer)
     if not own_tokenizer:
         tokenizer = load("model.tokenizer_path" if m.tokenizer_path else "model.path", m.tokenizer_path or m.path)[1]
-    if cfg.critic.model_path:
-        load("critic.model_path", cfg.critic.model_path, tokenizer=False)
+    critic = load("critic.model_path", cfg.critic.model_path, tokenizer=False)[0] if cfg.critic.model_path else None
     if problems:
         return ModelCheck("", ""), problems
-    summary = (f"tiny random Llama (hidden {m.tiny_hidden_size}, {m.tiny_num_layers} layers, {m.tiny_num_heads} "
-               "heads)") if m.tiny else model_summary(config)
-    return ModelCheck(summary, tokenizer_summary(tokenizer)), []
+    for key, cfg_of in (("model.path", config), ("critic.model_path", critic)):
+        if cfg_of is not None:
+            problems += tokenizer_problems(cfg_of, tokenizer, key)
+    if m.tiny:
+        summary = (f"tiny random Llama (hidden {m.tiny_hidden_size}, {m.tiny_num_layers} layers, {m.tiny_num_heads} "
+                   "heads)")
+        shape = tiny_shape(m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, len(tokenizer))
+    else:
+        summary, shape = model_summary(config), model_shape(config)
+    return ModelCheck(summary, tokenizer_summary(tokenizer), shape), problems
 
 
 def _reason(exc: BaseException) -> str:
@@ -93,7 +165,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def model_summary(config: Any) -> str:
-    """One line: architecture, layers, hidden size, heads, vocabulary and an estimate of the parameter count."""
+    """One line: architecture, layers, hidden size, heads, vocabulary and the parameter count (``ModelShape``)."""
     arch = (getattr(config, "architectures", None) or [getattr(config, "model_type", "?")])[0]
     layers, hidden = getattr(config, "num_hidden_layers", None), getattr(config, "hidden_size", None)
     heads = getattr(config, "num_attention_heads", None)
@@ -102,26 +174,10 @@ def model_summary(config: Any) -> str:
     if layers and hidden and heads:
         parts.append(f"{layers} layers, hidden {hidden}, {heads} heads ({kv} key/value)")
     parts.append(f"vocab {getattr(config, 'vocab_size', '?')}")
-    params = parameter_estimate(config)
-    if params:
-        parts.append(f"~{params / 1e9:.2f}B parameters")
+    shape = model_shape(config)
+    if shape is not None:
+        parts.append(f"~{shape.params / 1e9:.2f}B parameters")
     return ", ".join(parts)
-
-
-def parameter_estimate(config: Any) -> int | None:
-    """Parameters of a decoder-only transformer from its config (attention with grouped key/value heads, a gated
-    MLP of three matrices, the embedding, and an output head unless tied); norms and biases are left out (<0.1%).
-    None when the config lacks a size."""
-    try:
-        h, layers, heads = config.hidden_size, config.num_hidden_layers, config.num_attention_heads
-        inter, vocab = config.intermediate_size, config.vocab_size
-    except AttributeError:
-        return None
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or h // heads
-    attention = 2 * h * heads * head_dim + 2 * h * kv * head_dim
-    tied = bool(getattr(config, "tie_word_embeddings", False))
-    return layers * (attention + 3 * h * inter) + vocab * h * (1 if tied else 2)
 
 
 def tokenizer_summary(tokenizer: Any) -> str:

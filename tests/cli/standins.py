@@ -4,7 +4,10 @@ checkpoint folders, a Z-machine game, placeholder values. No network.
 A model named in a command (a hub id such as ``Qwen/Qwen2.5-7B-Instruct`` or a path such as
 ``/models/Qwen2.5-3B-Instruct``) becomes a folder with the ``config.json`` of its architecture at its real sizes
 (:data:`ARCHITECTURES`: Qwen2 / Qwen2.5, Qwen3, Llama 3; unknown names get the default model's Llama sizes) and the
-default tokenizer's files standing in for its own (no weights: the dry run reads config and tokenizer only).
+default tokenizer's files standing in for its own (no weights: the dry run reads config and tokenizer only). The
+Qwen2.5 0.5B, 3B and 7B Instruct models get their published config.json (tests/data/models, :data:`VENDORED`) and a
+tokenizer of Qwen's size and special-token ids (:func:`qwen_sized_tokenizer`), since the pre-start checks match the
+tokenizer against the model's config.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ ARCHITECTURES = {
                       **_size(576, 30, 9, 3, 1536, True)},
 }
 FAMILY_DEFAULT = {"qwen2": "7b", "qwen3": "8b", "llama": "8b", "default": ""}
+DATA = Path(__file__).resolve().parents[1] / "data" / "models"
+# (family, size tag) -> the folder of tests/data/models holding that model's published config.json
+VENDORED = {("qwen2", "0.5b"): "Qwen2.5-0.5B-Instruct", ("qwen2", "3b"): "Qwen2.5-3B-Instruct",
+            ("qwen2", "7b"): "Qwen2.5-7B-Instruct"}
+# Qwen2.5's special tokens and their ids (its tokenizer: 151643 ordinary tokens, then these, 151665 in all)
+QWEN_SPECIALS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645}
 
 
 def architecture(name: str) -> tuple[str, str]:
@@ -63,14 +72,55 @@ def architecture(name: str) -> tuple[str, str]:
     return (family, tag) if (family, tag) in ARCHITECTURES else (family, FAMILY_DEFAULT[family])
 
 
-def model_folder(root: Path, name: str, tokenizer_dir: str | Path) -> Path:
+def model_folder(root: Path, name: str, tokenizer_dir: str | Path, qwen_tokenizer_dir: str | Path | None = None
+                 ) -> Path:
     """A weightless model folder for ``name`` under ``root`` (made once): its architecture's config.json and the
-    default tokenizer's files."""
+    default tokenizer's files; a :data:`VENDORED` model's own config.json and ``qwen_tokenizer_dir``'s tokenizer (a
+    :func:`qwen_sized_tokenizer` folder; made under ``root`` when not given)."""
     folder = root / re.sub(r"[^\w.-]+", "_", name.strip("/"))
-    if not (folder / "config.json").is_file():
+    if (folder / "config.json").is_file():
+        return folder
+    vendored = VENDORED.get(architecture(name))
+    if vendored is None:
         shutil.copytree(tokenizer_dir, folder, dirs_exist_ok=True)
         (folder / "config.json").write_text(json.dumps(ARCHITECTURES[architecture(name)], indent=2))
+        return folder
+    qwen = qwen_tokenizer_dir or qwen_sized_tokenizer(root / "qwen-sized-tokenizer", tokenizer_dir)
+    shutil.copytree(qwen, folder, dirs_exist_ok=True)
+    shutil.copy(DATA / vendored / "config.json", folder / "config.json")
     return folder
+
+
+def qwen_sized_tokenizer(out: Path, tokenizer_dir: str | Path) -> Path:
+    """The default tokenizer renumbered to Qwen2.5's layout, in ``out`` (made once): its ChatML tokens at Qwen's ids
+    (:data:`QWEN_SPECIALS`), its other special tokens right after them, and unreachable filler tokens for every id
+    the default vocabulary leaves free below 151643, so ``len(tokenizer)`` is Qwen-sized (151660) and the chat
+    template, end-of-turn token and special ids are those a Qwen2.5 config names. Texts tokenize as with the
+    default tokenizer (the merges are unchanged), under other ids."""
+    if (out / "tokenizer.json").is_file():
+        return out
+    data = json.loads((Path(tokenizer_dir) / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    specials = [t["content"] for t in sorted(data["added_tokens"], key=lambda t: t["id"])]
+    new_ids = dict(QWEN_SPECIALS)
+    for content in specials:
+        new_ids.setdefault(content, 151643 + len(new_ids))
+    freed = {vocab[c] for c in specials if c in vocab}
+    for content in specials:
+        vocab.pop(content, None)
+    taken = set(vocab.values())
+    for i in range(151643):
+        if i not in taken or i in freed:
+            vocab[f"<filler_{i}>"] = i
+    vocab.update(new_ids)
+    for token in data["added_tokens"]:
+        token["id"] = new_ids[token["content"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(data))
+    for name in ("tokenizer_config.json", "chat_template.jinja"):
+        if (Path(tokenizer_dir) / name).is_file():
+            shutil.copy(Path(tokenizer_dir) / name, out / name)
+    return out
 
 
 def checkpoint(folder: Path, model: Path, step: int) -> Path:

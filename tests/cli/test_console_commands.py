@@ -162,6 +162,7 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
         "trainer=gpu", "trainer.n_gpus_per_node=8", "trainer.use_ray=true", f"model.path={model}",
         "rollout.n_groups=8", "rollout.group_size=16", "actor.mini_batch_size=32", "actor.micro_batch_size=2",
         "critic.mini_batch_size=64", "critic.micro_batch_size=4", "trainer.total_steps=20",
+        "actor.gradient_checkpointing=true", "critic.gradient_checkpointing=true",  # else its memory plan is refused
         f"trainer.output_dir={out_dir}", "--check"], capsys)
     assert status == 0, err
     assert "usage:" not in err  # --check is ragen's flag: no parser along the way calls it unrecognized
@@ -258,13 +259,13 @@ def test_model_folder_without_tokenizer_files_needs_tokenizer_path(tmp_path, cap
     with model.tokenizer_path (then only the config is read from model.path)."""
     weights_only = tmp_path / "qwen"
     weights_only.mkdir()
-    (weights_only / "config.json").write_bytes(
-        (model_folder(tmp_path / "models", "Qwen/Qwen2.5-0.5B-Instruct", tokenizer_dir) / "config.json").read_bytes())
+    qwen = model_folder(tmp_path / "models", "Qwen/Qwen2.5-0.5B-Instruct", tokenizer_dir)  # a Qwen-sized tokenizer
+    (weights_only / "config.json").write_bytes((qwen / "config.json").read_bytes())
     args = ["--config-name", "ppo_bandit", f"model.path={weights_only}", f"trainer.output_dir={tmp_path / 'run'}",
             "--check"]
     status, _, err = _cli("train", args, capsys)
     assert status == 2 and f"model.path='{weights_only}' cannot be loaded" in err, err
-    status, out, err = _cli("train", [*args, f"model.tokenizer_path={tokenizer_dir}"], capsys)
+    status, out, err = _cli("train", [*args, f"model.tokenizer_path={qwen}"], capsys)  # the default one is refused
     assert status == 0, err
     assert "Qwen2ForCausalLM, 24 layers, hidden 896, 14 heads (2 key/value), vocab 151936, ~0.49B parameters" in out
 

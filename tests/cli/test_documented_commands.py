@@ -90,8 +90,10 @@ class StandIns:
     EVAL_OPTIONS = ("--env", "--n", "--temperature", "--batch-size", "--json", "--config-name", "--base-url",
                     "--api-key-env", "--log")
 
-    def __init__(self, root: Path, tokenizer_dir: str, game: Path | None) -> None:
+    def __init__(self, root: Path, tokenizer_dir: str, game: Path | None, qwen_tokenizer_dir: str | None = None
+                 ) -> None:
         self.root, self.tokenizer_dir, self.game = root, tokenizer_dir, game
+        self.qwen_tokenizer_dir = qwen_tokenizer_dir
 
     def value(self, key: str, value: str) -> str:
         """A placeholder, game file, model or run path in ``value`` (of ``key``) -> its stand-in."""
@@ -111,7 +113,7 @@ class StandIns:
         return value
 
     def model(self, name: str) -> Path:
-        return model_folder(self.root / "models", name, self.tokenizer_dir)
+        return model_folder(self.root / "models", name, self.tokenizer_dir, self.qwen_tokenizer_dir)
 
     def args(self, module: str, args: list[str]) -> list[str]:
         """The command's arguments with stand-ins: overrides ``key=value`` everywhere, the model and run folder
@@ -222,14 +224,14 @@ def test_the_documented_commands_are_found():
 
 
 @pytest.mark.parametrize("cmd", COMMANDS, ids=[c.id for c in COMMANDS])
-def test_documented_command_dry_runs(cmd, tmp_path, monkeypatch, capsys, tokenizer_dir, game):
+def test_documented_command_dry_runs(cmd, tmp_path, monkeypatch, capsys, tokenizer_dir, qwen_tokenizer_dir, game):
     reason = skip_reason(cmd)
     if reason:
         pytest.skip(reason)
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
-    stand = StandIns(tmp_path, tokenizer_dir, game)
+    stand = StandIns(tmp_path, tokenizer_dir, game, qwen_tokenizer_dir)
     for key, value in cmd.env.items():
         monkeypatch.setenv(key, stand.value(key, value))
     module, args = entry(cmd.argv)

@@ -303,6 +303,9 @@ t.allow("trainer.worker_start_timeout_s", "timeout (tests/trainer/test_cluster_c
 t.allow("trainer.max_restarts", "fault handling: dead workers (tests/trainer/test_worker_restarts.py)")
 for key in ("ray_address", "placement_strategy", "placement_timeout_s"):
     t.allow(f"trainer.{key}", "Ray cluster / placement (tests/trainer/test_ray_cluster.py, test_placement.py)")
+for key in ("gpu_memory_gb", "memory_check"):
+    t.allow(f"trainer.{key}", "check only: the memory plan of a GPU run, refused or started before anything runs "
+                              "(tests/trainer/test_memory_plan.py, tests/cli/test_memory_check.py)")
 
 # ---- archer (the ArCHer family's loop, python -m ragen.archer)
 CHAI = (*ARCHER_CTX, "algorithm.name=chai")

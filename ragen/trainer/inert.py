@@ -175,15 +175,17 @@ def _workers(cfg: TrainConfig) -> list[str]:
 
 
 # The keys the command line set (``section.key``), while a command's config is checked (:func:`explicit_keys`);
-# None: unknown (a config built in Python), and every key counts as set.
+# None: unknown (a config built in Python), and no key counts as typed.
 _EXPLICIT: ContextVar[frozenset[str] | None] = ContextVar("ragen_explicit_keys", default=None)
 
 
 @contextmanager
 def explicit_keys(keys: Iterable[str]) -> Iterator[None]:
-    """Within: the rules that follow a context switch (:func:`_critic_worker`) report only the ``keys`` the command
-    line set. A recipe's critic settings for its own estimator are not the user's mistake when the user switches to
-    a critic-free one (``bash train_ppo.sh algorithm=grpo``); a ``critic.lr=...`` typed beside it is."""
+    """Within: the rules that follow a context switch (:func:`_critic_worker`) report the ``keys`` the command line
+    set (``ragen.launch.cli_main`` wraps every command's checks in it). A recipe's critic settings for its own
+    estimator are not the user's mistake when the user switches to a critic-free one (``bash train_ppo.sh
+    algorithm=grpo``); a ``critic.lr=...`` typed beside it is. Outside it (a config built in Python) those rules
+    report nothing: where the values came from is unknown."""
     token = _EXPLICIT.set(frozenset(keys))
     try:
         yield
@@ -203,9 +205,9 @@ def command_line_keys(overrides: Iterable[str]) -> list[str]:
 
 
 def _explicit(section: str, keys: tuple[str, ...]) -> tuple[str, ...]:
-    """``keys`` of ``section`` the command line set (all of them when that is unknown)."""
-    known = _EXPLICIT.get()
-    return keys if known is None else tuple(k for k in keys if f"{section}.{k}" in known)
+    """``keys`` of ``section`` the command line set (none when that is unknown)."""
+    known = _EXPLICIT.get() or frozenset()
+    return tuple(k for k in keys if f"{section}.{k}" in known)
 
 
 # The critic worker's settings that shape its batches or its speed only; the device presets (config/trainer/*.yaml)

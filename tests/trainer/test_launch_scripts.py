@@ -85,9 +85,9 @@ def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
         signs.append(sign)
         return sign[:, None] * inputs.response_mask.to(adv.dtype), ret
 
-    def spy(self, batch):
+    def spy(self, batch, **kwargs):
         before = self.compute_log_probs(batch)
-        out = real_update(self, batch)
+        out = real_update(self, batch, **kwargs)
         seen.append((batch, before, self.compute_log_probs(batch)))
         return out
 

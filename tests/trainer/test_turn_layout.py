@@ -160,9 +160,9 @@ def test_turn_layout_trains_end_to_end(tmp_path, monkeypatch):
     updates = []
     real_update = PolicyWorker.update
 
-    def spy(self, batch):
+    def spy(self, batch, **kwargs):
         updates.append(batch)
-        return real_update(self, batch)
+        return real_update(self, batch, **kwargs)
 
     monkeypatch.setattr(PolicyWorker, "update", spy)
     overrides = [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false", "agent.layout=turn", "env.max_turn=2",

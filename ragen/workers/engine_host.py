@@ -12,7 +12,7 @@ and refuses to start when ``gpu_memory_utilization`` of the device is not free).
 
 Weight sync, never through the driver: every actor rank takes part (gathering an FSDP2-sharded parameter,
 ``DTensor.full_tensor()``, is a collective), parameters are gathered one at a time in state-dict order
-(:func:`gathered`: tied tensors once), LoRA merged per module and the value head left out
+(:func:`gathered`), LoRA merged per module and the value head left out
 (``ragen.workers.lora.merge_lora_stream``), cast to the engine's dtype, and handed to the rank's own engine as a lazy
 stream: the ``hf`` engine copies each tensor into its model as it arrives; vLLM groups the stream into buckets of
 ``bucket_bytes`` and loads each in place (``ragen.rollout.vllm_engine``). No full state dict is built, and the driver
@@ -61,15 +61,11 @@ class SyncSummary:
 
 
 def gathered(state: Mapping[str, torch.Tensor]) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) of every entry of a state dict taken with ``keep_vars=True``, one at a time: an FSDP2
-    DTensor is gathered with ``full_tensor()`` (a collective: every rank must iterate the same state in the same
-    order), a plain tensor is passed as it is, detached. An entry that is the same object as an earlier one (an
-    lm_head tied to the embedding) is skipped: both engines tie it to the embedding they receive."""
-    seen: set[int] = set()
+    """(name, full tensor) of every entry of a state dict, one at a time: an FSDP2 DTensor is gathered with
+    ``full_tensor()`` (a collective: every rank must iterate the same state in the same order), a plain tensor is
+    passed as it is, detached. A tied lm_head is sent under its own name too (gathered again rather than kept):
+    vLLM's in-place reload restores a layer that received nothing from its old tensors."""
     for name, tensor in state.items():
-        if id(tensor) in seen:
-            continue
-        seen.add(id(tensor))
         full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
         yield name, full.detach()
 

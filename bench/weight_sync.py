@@ -3,9 +3,9 @@
 Two actor ranks (Ray actors, gloo, FSDP2 world size 2 on CPU) each host an hf engine (``ragen.workers.engine_host``).
 Each sync is timed and measured twice:
 
-- ``driver`` (how the engine got its weights when it lived in the driver): rank 0 returns the gathered full fp32
-  state dict (``PolicyWorker.full_state_dict``, every rank gathers) through Ray to the driver, which copies it into
-  its own hf engine;
+- ``driver`` (the alternative: one engine in the driver): rank 0 returns the gathered full fp32 state dict
+  (``PolicyWorker.full_state_dict``, every rank gathers) through Ray to the driver, which copies it into its own hf
+  engine;
 - ``hosted``: ``HostedEngines.sync_weights`` (with the step's wake of the weights before and of the KV cache after):
   every rank gathers one parameter at a time and copies it into its own engine; the driver gets three numbers.
 

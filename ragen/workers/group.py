@@ -14,7 +14,8 @@ the same mini-batches at any world size; both group kinds plan the same way, so 
 the mini-batches a larger world size does. It runs ``method`` on every rank and combines: tensors are
 concatenated and put back in batch row order, metric dicts (float values) are averaged over ranks, tuples of
 tensors are concatenated element-wise (also in row order), ``None`` stays ``None``, anything else comes back as a
-per-rank list.
+per-rank list. ``call_each(method, args)`` instead gives each rank its own arguments (the hosted engines' shares of
+a turn's prompts, ``ragen.trainer.hosted``) and returns the per-rank results.
 """
 
 from __future__ import annotations

@@ -147,8 +147,7 @@ def test_sync_gives_the_engine_the_actors_weights_at_rollout_dtype(model_dir, mo
 
 def test_one_hosting_rank_samples_what_the_driver_engine_sampled(model_dir):
     """The same weights and seed: the engine in the actor's rank (synced in place) and an engine in the driver
-    (given the actor's full state dict, the path before engines lived in the workers) sample the same tokens with
-    the same log-probs, at every temperature."""
+    (given the actor's full state dict) sample the same tokens with the same log-probs, at every temperature."""
     from ragen.rollout.hf import HFEngine
     from ragen.trainer.hosted import HostedEngines
 

@@ -12,8 +12,8 @@ Models live in worker groups (Ray placement groups, or in-process), and so do th
 hosts one (``ragen.trainer.placement``; a vLLM engine on GPUs of its own is the exception), built before its model,
 and loads its weights from its own shards. The driver only moves prompts, samples, batches and metrics. The config
 is frozen; everything that changes during training (step, RNG, seed counters) is trainer state, saved with every
-checkpoint. A dead worker stops the run naming the worker and phase, or, with
-``trainer.max_restarts``, the worker groups are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
+checkpoint. A dead worker stops the run naming the worker and phase, or, with ``trainer.max_restarts``, the worker
+groups (and the engines they host) are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
 """
 
 from __future__ import annotations
@@ -70,19 +70,8 @@ class PPOTrainer(Driver):
         cfg = self.cfg
         self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
         if with_workers:
-            builders.start_ray(cfg)
-            pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
-            self.placement_group = pg
-            self.engine_spec = builders.hosted_engine_spec(cfg, self.model_path, self.tokenizer)
-            if self.engine_spec is None:  # vLLM on GPUs of its own: started first, weights over NCCL
-                self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
-            self.workers = builders.build_workers(cfg, self.model_path, pg, engine=self.engine_spec)
-            if self.engine_spec is not None:
-                self.engine = HostedEngines(self.workers["actor"])
-            self._nccl = pg is not None and engine_gpus(cfg) > 0
-            if self._nccl:
-                placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
-        else:
+            self._start_engines_and_workers()
+        else:  # no workers: the one engine lives in this process
             self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.announce()  # the start-up block
         where = builders.record_placement(self.workers, self.run_dir)  # where each Ray worker runs
@@ -93,6 +82,25 @@ class PPOTrainer(Driver):
         self.resumed_from = self.open_run(with_workers=with_workers)
         if with_workers and self.resumed_from is None:  # the first load (a resume has loaded the checkpoint's)
             self.sync_engine_weights()
+
+    def _start_engines_and_workers(self) -> None:
+        """Ray and the shared GPU placement group, then the engines before any model: the actor's ranks, each
+        building its own engine (``engine_spec``) and putting it to sleep before its model, ahead of the other roles'
+        groups; or a vLLM engine on GPUs of its own, started before every group and joined to the actor's rank 0
+        by an NCCL group."""
+        cfg = self.cfg
+        builders.start_ray(cfg)
+        pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
+        self.placement_group = pg
+        self.engine_spec = builders.hosted_engine_spec(cfg, self.model_path, self.tokenizer)
+        if self.engine_spec is None:
+            self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
+        self.workers = builders.build_workers(cfg, self.model_path, pg, engine=self.engine_spec)
+        if self.engine_spec is not None:
+            self.engine = HostedEngines(self.workers["actor"])
+        self._nccl = pg is not None and engine_gpus(cfg) > 0
+        if self._nccl:
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ragen.models.loader import DEFAULT_MODEL, load_model, load_tokenizer
 from ragen.rollout.base import Sample, SamplingParams
 from ragen.rollout.hf_prefix import PrefixStore, cached_prefill
+from ragen.rollout.offload import HostOffload
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -126,6 +127,7 @@ class HFEngine:
         self.pad_id = self._pad_id()
         self.eos_ids = self._eos_ids()
         self.prefix_store = PrefixStore() if prefix_cache else None
+        self._offload = HostOffload(self.model)
 
     def _pad_id(self) -> int:
         for candidate in (self.tokenizer.pad_token_id, self.model.config.pad_token_id, self.tokenizer.eos_token_id):
@@ -310,14 +312,17 @@ class HFEngine:
             self.prefix_store.retain(sequences)
 
     def sleep(self) -> None:
-        """Free accelerator memory between rollouts: on CUDA the model moves to CPU; a no-op on CPU."""
+        """Free accelerator memory between rollouts: on CUDA the weights go to pinned host buffers allocated once
+        (``ragen.rollout.offload.HostOffload``, asynchronous copies) and the KV caches kept for the next turn are
+        dropped; on CPU only the kept KV caches go."""
         if self.prefix_store is not None:
             self.prefix_store.clear()
         if self.device.type == "cuda":
-            self.model.to("cpu")
+            self._offload.offload()
             torch.cuda.empty_cache()
 
     def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        """Undo ``sleep`` (move the model back to its device); a no-op on CPU."""
-        if self.device.type == "cuda":
-            self.model.to(self.device)
+        """Undo ``sleep``: the weights back on the device when ``tags`` is None or names ``"weights"`` (the KV cache
+        is built per call, so ``("kv_cache",)`` has nothing to bring back); a no-op on CPU."""
+        if self.device.type == "cuda" and (tags is None or "weights" in tags):
+            self._offload.restore()

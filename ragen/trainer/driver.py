@@ -123,7 +123,7 @@ class Driver:
             for role in CHECKPOINTED_ROLES:
                 if self.workers.get(role) is not None:
                     self.workers[role].call("load", dir=str(path / role))
-            self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
+            self.sync_engine_weights()
         else:
             from safetensors.torch import load_file
 
@@ -137,15 +137,21 @@ class Driver:
         self.proxy.load_state_dict(state["proxy"])
         return state
 
+    def sync_engine_weights(self) -> Any:
+        """The actor's current weights into the engine (after a checkpoint load, the warm start, an update). Here:
+        an engine in the driver gets the actor's full state dict; the PPO trainer's engines, hosted by the actor's
+        ranks or placed on GPUs of their own, load them without the driver (``PPOTrainer.sync_engine_weights``)."""
+        return self.engine.update_weights(self.workers["actor"].call_rank0("full_state_dict"))
+
     def load_checkpoint(self, path: Path, **kwargs: Any) -> None:
         """Restore the checkpoint at ``path`` (the subclass's own contents on top of :meth:`read_checkpoint`)."""
         self.read_checkpoint(path, **kwargs)
 
     # ------------------------------------------------------------------ metrics
     def memory_metrics(self) -> dict[str, float]:
-        """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver (engine) and of each worker
-        role (mean over its ranks; in-process workers count as the driver), and ``memory/<role>_nice``, the
-        workers' niceness (``ragen.utils.process``). Growth from step to step is a leak."""
+        """``memory/<process>_rss_gb`` (now) and ``_peak_gb`` (so far) of the driver and of each worker role (mean
+        over its ranks, the actor's with its hosted engine; in-process workers count as the driver), and
+        ``memory/<role>_nice``, the workers' niceness (``ragen.utils.process``). Growth from step to step is a leak."""
         out = {f"memory/driver_{k}": v for k, v in memory_stats().items()}
         if self.cfg.trainer.use_ray:
             for role, group in self.workers.items():

@@ -1,16 +1,24 @@
-"""GPU placement of the worker ranks and the rollout engine, and the engine's memory schedule within a step.
+"""GPU placement of the worker ranks and the rollout engines, and the engines' memory schedule within a step.
 
 One shared Ray placement group holds one ``{"GPU": 1, "CPU": k}`` bundle per GPU. Rank r of every role (actor,
 critic, reference) goes into bundle r, each asking for a fraction of that bundle's GPU (``GPU_SHARE``), so two
 ranks of one role can never land on the same GPU (NCCL refuses a communicator with two ranks on one device, which
-is what separate per-role placement groups with fractional GPUs allowed). The vLLM engine is a Ray actor:
+is what separate per-role placement groups with fractional GPUs allowed). Where the engines live
+(:func:`engine_placement`):
 
-- ``colocated`` (default): in bundle 0 beside rank 0 of every role, with the share left over (``ENGINE_SHARE``);
-  its memory is freed during training by sleep mode (``engine_step_schedule``). Weights reach it through Ray
-  from the actor's rank 0 (``full_state_dict``), in the engine's buckets (``ragen.rollout.vllm_engine``).
-- ``separate``: the last ``rollout.vllm.rollout_gpus`` bundles hold the engine alone (a whole GPU each); the
-  trainer's ranks use the first ones; no sleep mode. Weights go over an NCCL group between the actor's rank 0 and
-  the engine's workers (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
+- ``actor_ranks`` (``rollout.engine=hf``, and ``vllm`` with ``placement=colocated``, the default): every actor rank
+  hosts one engine replica on its own GPU, inside its process (``ragen.workers.engine_host``), built and put to
+  sleep before the rank's training model; the driver splits each turn's prompts over them
+  (``ragen.trainer.hosted.HostedEngines``). Each rank loads its engine's weights from its own shards, one gathered
+  tensor at a time; nothing goes through the driver. Tensor parallel size 1 (``checks.check_engine_placement``).
+- ``separate`` (``vllm`` with ``placement=separate``): the last ``rollout.vllm.rollout_gpus`` bundles (= the tensor
+  parallel size) hold one engine, a Ray actor (:func:`start_engine_actor`); the trainer's ranks use the first ones;
+  no sleep mode. Weights go over an NCCL group between the actor's rank 0 and the engine's workers
+  (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
+- ``driver``: no workers (``trainer.val_only``, ``ragen eval``), and the ArCHer family's trainer: one engine in the
+  driver process (``builders.build_engine``).
+
+Every step: rollout -> sleep -> training -> wake weights -> weight sync -> wake KV cache (:func:`wake_and_sync`).
 
 Everything here imports Ray (and vLLM) only when called, so ``import ragen.trainer`` works on CPU machines. Tested
 through fakes that record the calls and their order (``tests/trainer/test_placement.py``).
@@ -19,14 +27,38 @@ through fakes that record the calls and their order (``tests/trainer/test_placem
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import device, engine_gpus, total_gpus, training_gpus
+from ragen.trainer.derived import device, engine_gpus, total_gpus, training_gpus, world_size
 
-# Share of one GPU each role's rank asks Ray for in its bundle; the engine takes what is left in bundle 0.
+# Share of one GPU each role's rank asks Ray for in its bundle (an actor rank's hosted engine is part of its share).
 GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
-ENGINE_SHARE = round(1.0 - sum(GPU_SHARE.values()), 6)
+WHERE = ("actor_ranks", "separate", "driver")
+
+
+@dataclass(frozen=True)
+class EnginePlacement:
+    """Where a run's rollout engines live (module docstring): ``where`` in ``WHERE``; ``ranks``: the actor ranks that
+    host one engine each (``actor_ranks``); ``bundles``: the placement-group bundles (= GPU indices) the engines use,
+    () without a GPU placement group (CPU, or ``trainer.use_ray=false``)."""
+
+    where: str
+    ranks: tuple[int, ...] = ()
+    bundles: tuple[int, ...] = ()
+
+
+def engine_placement(cfg: TrainConfig, with_workers: bool = True) -> EnginePlacement:
+    """The engines of a PPO run of ``cfg`` (``with_workers=False``: ``trainer.val_only``, one engine in the driver)."""
+    if not with_workers:
+        return EnginePlacement("driver")
+    gpus = device(cfg) == "cuda" and cfg.trainer.use_ray
+    if engine_gpus(cfg):
+        first = training_gpus(cfg)
+        return EnginePlacement("separate", bundles=tuple(range(first, first + engine_gpus(cfg))) if gpus else ())
+    ranks = tuple(range(world_size(cfg, "actor")))
+    return EnginePlacement("actor_ranks", ranks, ranks if gpus else ())
 
 
 def gpu_bundles(n_gpus: int, cpus_per_gpu: float) -> list[dict[str, float]]:
@@ -61,11 +93,12 @@ def _role_enabled(cfg: TrainConfig, role: str) -> bool:
 
 
 def engine_bundle(cfg: TrainConfig) -> tuple[int, float]:
-    """(bundle index, GPU share) of the engine actor: colocated -> (0, ENGINE_SHARE); separate -> the first
-    bundle after the training GPUs, a whole GPU."""
-    if engine_gpus(cfg):
-        return training_gpus(cfg), 1.0
-    return 0, ENGINE_SHARE
+    """(bundle index, GPU share) of the separate engine's actor: the first bundle after the training GPUs, a whole
+    GPU. Colocated engines have no actor of their own (the actor's ranks host them)."""
+    if not engine_gpus(cfg):
+        raise ValueError("only rollout.vllm.placement=separate starts an engine actor; colocated engines live in the "
+                         "actor's ranks (engine_placement)")
+    return training_gpus(cfg), 1.0
 
 
 def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str) -> dict[str, Any]:
@@ -110,11 +143,11 @@ class RemoteEngine:
 
 def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: Any, model_path: str, dtype: str,
                        remote: Callable[..., Any] | None = None) -> RemoteEngine:
-    """Start ``engine_cls`` (``VLLMEngine``) as a Ray actor in its bundle of the shared placement group.
+    """Start ``engine_cls`` (``VLLMEngine``) as a Ray actor in its bundle of the shared placement group (separate
+    placement only).
 
     The actor runs vLLM's engine core inside itself (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the actor already is a
-    separate process, and ``collective_rpc`` then hands weight buckets to the worker without another hop (tensor
-    parallel size 1; larger sizes start vLLM's own worker processes from the actor).
+    separate process, and ``collective_rpc`` then reaches the worker without another hop.
     """
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -136,10 +169,11 @@ def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
     """Bring the engine back after training, with the new weights.
 
     Each step runs: rollout -> ``engine.sleep()`` -> training phases -> ``engine.wake(("weights",))`` -> ``sync()``
-    (``engine.update_weights(...)``, or ``nccl_sync`` for a separate engine) -> ``engine.wake(("kv_cache",))``
-    (``PPOTrainer.train_step``). The workers' training memory is free while the engine sleeps; waking the weights
-    first and the KV cache only after the sync keeps the sync's buffers and the KV cache from being allocated at
-    once. ``sync=None`` (no actor update this step, e.g. critic warm-up) wakes everything without a sync.
+    (the hosted engines' ``sync_weights``, or ``nccl_sync`` for a separate engine) -> ``engine.wake(("kv_cache",))``
+    (``PPOTrainer.train_step``; the first load, a resume, a restart and the warm start take the same path). The
+    workers' training memory is free while the engine sleeps; waking the weights first and the KV cache only after
+    the sync keeps the sync's buffers and the KV cache from being allocated at once. ``sync=None`` (no actor update
+    this step, e.g. critic warm-up) wakes everything without a sync.
     """
     if sync is None:
         engine.wake(None)

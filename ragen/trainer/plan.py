@@ -49,8 +49,9 @@ def devices_line(cfg: TrainConfig) -> str:
     text = (f"[ragen] devices   cuda, {derived.total_gpus(cfg)} GPU(s) = trainer.n_gpus_per_node={tr.n_gpus_per_node}"
             f" x trainer.nnodes={tr.nnodes}; rank r of every role on GPU r")
     if cfg.rollout.engine == "vllm":
-        where = (f"{engine_gpus} GPU(s) of its own" if engine_gpus else "colocated on the training GPUs, "
-                 f"sleep mode {'on' if v.enable_sleep_mode else 'off'}")
+        where = (f"{engine_gpus} GPU(s) of its own" if engine_gpus else "colocated on the training GPUs, one in "
+                 f"each of the {derived.world_size(cfg, 'actor')} actor ranks, sleep mode "
+                 f"{'on' if v.enable_sleep_mode else 'off'}")
         text += (f"; vllm engine {where}, tensor_parallel_size {v.tensor_parallel_size}, gpu_memory_utilization "
                  f"{v.gpu_memory_utilization}")
         if importlib.util.find_spec("vllm") is None:  # planning from a machine without GPUs (checks refuse it on one)

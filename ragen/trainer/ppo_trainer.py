@@ -8,10 +8,12 @@ Per step::
     -> actor update -> engine wake (weights) -> weight sync -> engine wake (KV cache) -> metrics, validation,
     checkpoint, run report (``ragen.report``, refreshed after each validation)
 
-Models live in worker groups (Ray placement groups, or in-process); the driver only moves batches and
-metrics. The config is frozen; everything that changes during training (step, RNG, seed counters) is
-trainer state, saved with every checkpoint. A dead worker stops the run naming the worker and phase, or, with
-``trainer.max_restarts``, the worker groups are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
+Models live in worker groups (Ray placement groups, or in-process), and so do the rollout engines: each actor rank
+hosts one (``ragen.trainer.placement``; a vLLM engine on GPUs of its own is the exception), built before its model,
+and loads its weights from its own shards. The driver only moves prompts, samples, batches and metrics. The config
+is frozen; everything that changes during training (step, RNG, seed counters) is trainer state, saved with every
+checkpoint. A dead worker stops the run naming the worker and phase, or, with ``trainer.max_restarts``, the worker
+groups (and the engines they host) are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
 from ragen.trainer.driver import Driver
+from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
@@ -52,32 +55,53 @@ class PPOTrainer(Driver):
         super().__init__(cfg)
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
+        self.engine_spec: Any = None  # the engine each actor rank hosts (None: the engine lives elsewhere)
         self.phase = "setup"  # the running phase, named when a worker fails
         self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
         self.placement_group: Any = None
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
-        """Seed, load the model folder, start Ray and the workers, build the engine and proxies, resume."""
+        """Seed, load the model folder, start Ray, the engines and the workers, the proxies, resume; then the engines
+        hold the actor's weights and are awake.
+
+        Engines come first (``placement.engine_placement``): each actor rank builds its own and puts it to sleep
+        before its model (``builders.build_workers``), and a separately placed vLLM engine starts before any worker.
+        Without workers (``trainer.val_only``) the one engine lives in this process."""
         cfg = self.cfg
         self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
-        pg = None
         if with_workers:
-            builders.start_ray(cfg)
-            pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
-            self.placement_group = pg
-            self.workers = builders.build_workers(cfg, self.model_path, pg)
+            self._start_engines_and_workers()
+        else:  # no workers: the one engine lives in this process
+            self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
         self.announce()  # the start-up block
         where = builders.record_placement(self.workers, self.run_dir)  # where each Ray worker runs
         if where:
             console.say(where)
-        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
-        self._nccl = pg is not None and engine_gpus(cfg) > 0  # separate vLLM GPUs: weights over NCCL
-        if self._nccl:
-            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
         self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
         self.initial_state = restarts.initial_state(self)
         self.resumed_from = self.open_run(with_workers=with_workers)
+        if with_workers and self.resumed_from is None:  # the first load (a resume has loaded the checkpoint's)
+            self.sync_engine_weights()
+
+    def _start_engines_and_workers(self) -> None:
+        """Ray and the shared GPU placement group, then the engines before any model: the actor's ranks, each
+        building its own engine (``engine_spec``) and putting it to sleep before its model, ahead of the other roles'
+        groups; or a vLLM engine on GPUs of its own, started before every group and joined to the actor's rank 0
+        by an NCCL group."""
+        cfg = self.cfg
+        builders.start_ray(cfg)
+        pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
+        self.placement_group = pg
+        self.engine_spec = builders.hosted_engine_spec(cfg, self.model_path, self.tokenizer)
+        if self.engine_spec is None:
+            self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
+        self.workers = builders.build_workers(cfg, self.model_path, pg, engine=self.engine_spec)
+        if self.engine_spec is not None:
+            self.engine = HostedEngines(self.workers["actor"])
+        self._nccl = pg is not None and engine_gpus(cfg) > 0
+        if self._nccl:
+            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -141,7 +165,7 @@ class PPOTrainer(Driver):
         start = time.perf_counter()
         with self._timed("rollout", t):
             batch = self.proxy.rollout("train")
-        with self._timed("engine_sleep", t):  # free the engine's memory for training (vLLM sleep mode; hf on GPU)
+        with self._timed("engine_sleep", t):  # free the engines' memory for training (vLLM sleep mode; hf on GPU)
             self.engine.sleep()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
@@ -213,18 +237,25 @@ class PPOTrainer(Driver):
         metrics.update(phases.perf_metrics(batch, step_s, t))
         return metrics
 
-    def _weight_sync(self) -> None:
-        """The actor's new weights to the engine: through the engine's ``update_weights`` (in-process or Ray
-        actor), or over the NCCL group of a separately placed vLLM engine."""
-        actor = self.workers["actor"]
+    def sync_engine_weights(self) -> None:
+        """Wake the engine's weights, give it the actor's current weights, wake its KV cache
+        (``placement.wake_and_sync``): the first load, a resume, a restart, the warm start."""
+        placement.wake_and_sync(self.engine, self._weight_sync)
+
+    def _weight_sync(self) -> Any:
+        """The actor's weights to the engine, never through this process where workers host the engines: each
+        actor rank loads its own engine (``HostedEngines.sync_weights``), or rank 0 broadcasts to a separately
+        placed vLLM engine over NCCL. An engine set from outside (tests' scripted engines) gets the full state
+        dict (``Driver.sync_engine_weights``)."""
+        if isinstance(self.engine, HostedEngines):
+            return self.engine.sync_weights()
         if not self._nccl:
-            self.engine.update_weights(actor.call_rank0("full_state_dict"))
-            return
+            return super().sync_engine_weights()
         from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
 
         dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
-        placement.nccl_sync(self.engine, actor, dtype, DEFAULT_BUCKET_BYTES,
-                            timeout_s=self.cfg.trainer.worker_call_timeout_s)
+        return placement.nccl_sync(self.engine, self.workers["actor"], dtype, DEFAULT_BUCKET_BYTES,
+                                   timeout_s=self.cfg.trainer.worker_call_timeout_s)
 
     @contextmanager
     def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:

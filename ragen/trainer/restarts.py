@@ -3,9 +3,11 @@
 A worker process that dies mid-step (killed, crashed, or lost with its node) surfaces in the driver as a
 ``WorkerFailure`` naming the role, rank, method and phase (``PPOTrainer._guarded``). With restarts left, the
 trainer does not exit: :func:`restart` tears down every worker group (the survivors too: FSDP ranks of a group
-share a process group that cannot take a new member), builds them again in the same placements, and loads the last
-complete checkpoint (``ragen.utils.checkpoint.latest_checkpoint``: an interrupted save never counts) into the
-workers, the engine, the step counter, the RNG and the env seed counters. The steps after that checkpoint are run
+share a process group that cannot take a new member), builds them again in the same placements (the actor's ranks
+with fresh engines of their own, asleep until their first weight sync), and loads the last complete checkpoint
+(``ragen.utils.checkpoint.latest_checkpoint``: an interrupted save never counts) into the workers, the engines (the
+weight sync wakes them, whatever phase the failure interrupted), the step counter, the RNG and the env seed
+counters. The steps after that checkpoint are run
 again, exactly as a ``trainer.resume=auto`` restart of the whole job would run them, and their metrics logged
 before the failure are dropped so every step appears once. Before the first checkpoint the run restarts from its
 initial state (:func:`initial_state`, taken at set-up).
@@ -23,10 +25,6 @@ from ragen.utils import console
 from ragen.utils.checkpoint import latest_checkpoint
 from ragen.utils.seeding import get_rng_state, set_rng_state
 
-# Phases between ``engine.sleep()`` and the weight sync: a failure there leaves the engine asleep.
-ENGINE_ASLEEP = ("engine_sleep", "filter", "old_log_probs", "ref_log_probs", "values", "advantages",
-                 "report_samples", "critic_update", "actor_update")
-
 
 def initial_state(trainer: Any) -> dict[str, Any]:
     """What a restart before the first checkpoint goes back to: the RNG and the proxy's seed counters at set-up."""
@@ -42,14 +40,13 @@ def restart(trainer: Any, failure: Exception) -> None:
     trainer.restarts += 1
     console.say(f"[ragen] {failure}\n[ragen] restart {trainer.restarts}/{cfg.trainer.max_restarts}: rebuilding the "
                 "worker groups")
-    if trainer.phase in ENGINE_ASLEEP:
-        trainer.engine.wake(None)
-    elif trainer.phase == "weight_sync":  # the weights were woken for the sync, the KV cache not yet
-        trainer.engine.wake(("kv_cache",))
     for group in trainer.workers.values():
         if group is not None:
             group.shutdown()
-    trainer.workers = builders.build_workers(cfg, trainer.model_path, trainer.placement_group)
+    trainer.workers = builders.build_workers(cfg, trainer.model_path, trainer.placement_group,
+                                             engine=trainer.engine_spec)
+    if trainer.engine_spec is not None:  # the proxies keep the handle; it drives the new ranks' engines
+        trainer.engine.rebind(trainer.workers["actor"])
     line = builders.record_placement(trainer.workers, trainer.run_dir)
     if line:
         console.say(line)
@@ -62,7 +59,7 @@ def restart(trainer: Any, failure: Exception) -> None:
         trainer.step, trainer.warm_started = 0, False
         set_rng_state(trainer.initial_state["rng"])
         trainer.proxy.load_state_dict(trainer.initial_state["proxy"])
-        trainer.engine.update_weights(trainer.workers["actor"].call_rank0("full_state_dict"))
+        trainer.sync_engine_weights()
         console.say("[ragen] no complete checkpoint yet: restarted from the initial model at step 0")
     trainer._rng_after_step = None
     trainer.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)

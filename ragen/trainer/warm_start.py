@@ -49,8 +49,8 @@ def sft_config(cfg: TrainConfig) -> TrainConfig:
 
 class WarmStartHost(Protocol):
     """What :func:`run_warm_start` needs from a set-up trainer: its frozen config, the actor group (with
-    ``sft_update`` / ``reset_optimizer`` / ``full_state_dict``, i.e. a ``PolicyWorker``), tokenizer, train agent
-    proxy and engine, the row multiple a turn-layout batch is padded to, its validation and its logger."""
+    ``sft_update`` / ``reset_optimizer``, i.e. a ``PolicyWorker``), tokenizer, train agent proxy and engine, the
+    row multiple a turn-layout batch is padded to, the engine's weight sync, its validation and its logger."""
 
     cfg: Any
     workers: dict[str, Any]
@@ -60,6 +60,8 @@ class WarmStartHost(Protocol):
     val_suffix: str  # appended to the validation rollouts' file name (``step_N<suffix>.jsonl``)
 
     def _row_multiple(self) -> int: ...
+
+    def sync_engine_weights(self) -> Any: ...
 
     def validate(self) -> dict[str, float]: ...
 
@@ -104,7 +106,7 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
         bar.set_postfix(nll=f"{metrics.get('sft/nll', float('nan')):.3f}")
     bar.close()
     actor.call("reset_optimizer")
-    trainer.engine.update_weights(actor.call_rank0("full_state_dict"))
+    trainer.sync_engine_weights()
     trainer.val_suffix = "_after_warm_start"  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
     try:
         val = trainer.validate()

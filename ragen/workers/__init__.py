@@ -9,7 +9,7 @@ rank-local shard of a model. The driver talks to a *group*, never to ranks direc
                         model_name_or_path="smollm2-135m-instruct", cfg=ActorConfig(...))
     old_lp = actor.call("compute_log_probs", batch)            # (B, T) tensor, ranks concatenated
     metrics = actor.call("update", batch)                      # dict[str, float], already all-reduced
-    state = actor.call_rank0("full_state_dict")                # full unsharded weights for engine sync
+    state = actor.call_rank0("full_state_dict")                # full unsharded weights (on rank 0)
     actor.call("save", dir="ckpt/actor"); actor.call("load", dir="ckpt/actor")
     actor.shutdown()
 
@@ -18,10 +18,13 @@ Public names:
   - ``TrainBatch`` (data.py): the (B, T) tensors a worker consumes; ``split``/``select``/``chunk``/``cat``.
   - ``token_log_probs`` (logprob.py): chunked per-token log-probs (+ entropy) without a full (B, T, V) tensor.
   - ``PolicyWorker`` (actor.py): role "actor" (PPO update) or "ref" (frozen); ``compute_log_probs``,
-    ``update``, ``full_state_dict``, ``save``, ``load``.
+    ``update``, ``full_state_dict``, ``save``, ``load``; an actor built with ``engine=EngineSpec(...)`` hosts a
+    rollout engine (engine_host.py: ``engine_generate``, ``engine_sleep`` / ``engine_wake``,
+    ``sync_engine_weights``).
   - ``CriticWorker`` (critic.py): value-head model; ``compute_values``, ``update``, ``save``, ``load``.
   - ``WorkerGroup`` (Ray placement group of ranks), ``LocalWorkerGroup`` (in-process, world size 1):
-    ``call(method, batch=None, **kw)``, ``call_rank0(method, **kw)``, ``shutdown()``.
+    ``call(method, batch=None, **kw)``, ``call_rank0(method, **kw)``, ``call_each(method, args_per_rank)``,
+    ``shutdown()``.
   - ``init_distributed``, ``shard_model``, ``compute_autocast`` (dist.py): device / process group / FSDP2.
 
 Imports are lazy so ``import ragen.workers`` does not pull in Ray or build anything.

@@ -12,6 +12,7 @@ each aggregated with ``loss_agg`` over the policy mask with mini-batch-global co
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from ragen.workers import dist as D
 from ragen.workers import materialize as M
 from ragen.workers.config import ActorConfig, SharedValueHead
 from ragen.workers.data import TrainBatch
+from ragen.workers.engine_host import EngineHost, EngineSpec, gathered
 from ragen.workers.logprob import LogProbModel
 from ragen.workers.lora import (
     ADAPTER_FILE,
@@ -38,7 +40,7 @@ from ragen.workers.lora import (
     add_lora,
     initial_adapters,
     is_adapter_key,
-    merge_lora,
+    merge_lora_stream,
     merge_weight,
     plain_name,
 )
@@ -116,16 +118,21 @@ class PolicyWorker:
     backbone, trained jointly; ``compute_values`` as ``CriticWorker``'s), ``attn_implementation``
     (``model.attn_implementation``; ``auto`` is resolved on this rank's device with ``cfg.mixed_precision``:
     ``ragen.models.attention``; the resolved name is ``self.attn_implementation``), ``device`` (the run's
-    ``trainer.device``, ``cpu`` / ``cuda``; None: CUDA when visible; ``ragen.workers.dist.init_distributed``).
+    ``trainer.device``, ``cpu`` / ``cuda``; None: CUDA when visible; ``ragen.workers.dist.init_distributed``),
+    ``engine`` (an actor rank hosts this rollout engine, ``ragen.workers.engine_host``: built and put to sleep before
+    the model, so it finds the device free; ``engine_generate`` / ``engine_sleep`` / ``engine_wake`` /
+    ``sync_engine_weights``).
     """
 
     def __init__(self, model_name_or_path: str, cfg: ActorConfig, rank: int = 0, world_size: int = 1,
                  master_addr: str = "127.0.0.1", master_port: int = 29500, *, role: str = "actor",
                  tiny: dict | None = None, cache_dir: str | None = None, num_threads: int | None = None,
                  value_head: SharedValueHead | None = None, attn_implementation: str = "auto",
-                 device: str | None = None):
+                 device: str | None = None, engine: EngineSpec | None = None):
         if role not in ROLES:
             raise ValueError(f"role={role!r} is unknown; use one of {ROLES}")
+        if engine is not None and role != "actor":
+            raise ValueError(f"only the actor hosts a rollout engine, not role={role!r}")
         self.cfg, self.rank, self.world_size, self.role = cfg, rank, world_size, role
         self.model_name_or_path, self.tiny, self.cache_dir = model_name_or_path, tiny, cache_dir
         if num_threads:
@@ -135,6 +142,8 @@ class PolicyWorker:
         torch.manual_seed(cfg.seed)
         self.device = D.init_distributed(rank, world_size, master_addr, master_port, device=device)
         self.attn_implementation = resolve_attn_implementation(attn_implementation, self.device, cfg.mixed_precision)[0]
+        # the rollout engine first, asleep before the training model exists (ragen.workers.engine_host)
+        self.engine_host = None if engine is None else EngineHost(engine, self.device, rank, world_size)
         self.lora = cfg.lora and role == "actor"
         self.value_spec = value_head if role == "actor" else None
         self.module = self._build(model_name_or_path, tiny, cache_dir)
@@ -312,8 +321,37 @@ class PolicyWorker:
     def _policy_weights(self, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The causal LM's weights (transformers names) from this module's full state dict: LoRA merged, value
         head left out."""
-        lm = {k[len("lm."):]: v for k, v in raw.items() if k.startswith("lm.")}
-        return merge_lora(lm, self.cfg.lora_alpha / self.cfg.lora_rank) if self.lora else lm
+        return dict(self._policy_items(raw.items()))
+
+    def _policy_items(self, items: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """``_policy_weights`` over (name, tensor) pairs in state-dict order, lazily (the weight sync's stream)."""
+        lm = ((k[len("lm."):], v) for k, v in items if k.startswith("lm."))
+        return merge_lora_stream(lm, self.cfg.lora_alpha / self.cfg.lora_rank) if self.lora else lm
+
+    # hosted rollout engine (ragen.workers.engine_host; the driver's handle: ragen.trainer.hosted)
+    def _engine(self) -> EngineHost:
+        if self.engine_host is None:
+            raise RuntimeError("this PolicyWorker hosts no rollout engine (build it with engine=EngineSpec(...))")
+        return self.engine_host
+
+    def engine_generate(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
+        """Samples of this rank's engine for ``prompts`` (its share of a turn), in order."""
+        return self._engine().generate(prompts, sampling)
+
+    def engine_sleep(self) -> None:
+        self._engine().sleep()
+
+    def engine_wake(self, tags: tuple[str, ...] | None = None) -> None:
+        self._engine().wake(tags)
+
+    def sync_engine_weights(self) -> dict[str, float]:
+        """This actor's weights into its rank's engine (all ranks call: each parameter's gather is a collective),
+        one tensor at a time at the engine's dtype, LoRA merged, value head left out; returns the summary
+        (tensors, bytes, seconds), never weights."""
+        host = self._engine()
+        state = {k: v for k, v in self.module.state_dict(keep_vars=True).items() if k.startswith("lm.")}
+        with torch.no_grad():
+            return host.load_weights(self._policy_items(gathered(state))).as_metrics()
 
     # NCCL sync to a separately placed vLLM engine (ragen.workers.weight_broadcast; GPU only)
     def sync_address(self) -> tuple[str, int]:

@@ -14,7 +14,8 @@ the same mini-batches at any world size; both group kinds plan the same way, so 
 the mini-batches a larger world size does. It runs ``method`` on every rank and combines: tensors are
 concatenated and put back in batch row order, metric dicts (float values) are averaged over ranks, tuples of
 tensors are concatenated element-wise (also in row order), ``None`` stays ``None``, anything else comes back as a
-per-rank list.
+per-rank list. ``call_each(method, args)`` instead gives each rank its own arguments (the hosted engines' shares of
+a turn's prompts, ``ragen.trainer.hosted``) and returns the per-rank results.
 """
 
 from __future__ import annotations
@@ -94,6 +95,11 @@ class LocalWorkerGroup:
     def call_rank0(self, method: str, *args: Any, **kw: Any) -> Any:
         return getattr(self.worker, method)(*args, **kw)
 
+    def call_each(self, method: str, args: list[tuple | None]) -> list[Any]:
+        """``WorkerGroup.call_each`` for the one rank: ``args[0]`` (None: not called, result None)."""
+        _check_each(args, 1)
+        return [None if args[0] is None else getattr(self.worker, method)(*args[0])]
+
     def shutdown(self) -> None:
         self.worker = None
 
@@ -138,15 +144,22 @@ def remote_get(refs: Any, who: str, method: str, timeout_s: float | None, knob: 
                             "(hung or too slow)") from exc
 
 
-def get_results(refs: list, role: str, method: str, timeout_s: float | None, knob: str = CALL_KNOB) -> list:
+def get_results(refs: list, role: str, method: str, timeout_s: float | None, knob: str = CALL_KNOB,
+                ranks: list[int] | None = None) -> list:
     """The per-rank results of one call (:func:`remote_get` rank by rank, one deadline of ``timeout_s`` seconds
-    shared by all ranks), so a failure names ``role`` and the rank."""
+    shared by all ranks), so a failure names ``role`` and the rank (``ranks[i]`` for ``refs[i]``; default i)."""
     import time
 
     deadline = None if timeout_s is None or timeout_s <= 0 else time.monotonic() + timeout_s
+    ranks = list(range(len(refs))) if ranks is None else ranks
     return [remote_get(ref, f"{role} worker rank {rank}", method, timeout_s, knob,
                        None if deadline is None else deadline - time.monotonic())
-            for rank, ref in enumerate(refs)]
+            for rank, ref in zip(ranks, refs, strict=True)]
+
+
+def _check_each(args: list, world_size: int) -> None:
+    if len(args) != world_size:
+        raise ValueError(f"call_each needs one argument tuple (or None) per rank: {world_size}, got {len(args)}")
 
 
 class WorkerGroup:
@@ -226,6 +239,19 @@ class WorkerGroup:
 
         refs = [getattr(w, method).remote(*args, **kw) for w in self.workers]
         return get_results(refs, self.role, method, self.call_timeout_s)[0]
+
+    def call_each(self, method: str, args: list[tuple | None]) -> list[Any]:
+        """Run ``method(*args[r])`` on each rank r at once, each rank with its own arguments (None: rank r is not
+        called); returns the results in rank order (None for ranks not called). Not for collectives: the ranks
+        called need not be all of them."""
+        _check_each(args, self.world_size)
+        refs = {r: getattr(w, method).remote(*a) for r, (w, a) in enumerate(zip(self.workers, args, strict=True))
+                if a is not None}
+        got = get_results(list(refs.values()), self.role, method, self.call_timeout_s, ranks=list(refs))
+        results: list[Any] = [None] * self.world_size
+        for r, value in zip(refs, got, strict=True):
+            results[r] = value
+        return results
 
     def shutdown(self) -> None:
         """Kill the actors and release the placement group this group created."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -136,6 +136,36 @@ def adapter_names(base_name: str) -> tuple[str, str] | None:
 def plain_name(name: str) -> str:
     """A LoRA model's name in the plain model (``<m>.base_layer.<leaf>`` -> ``<m>.<leaf>``; others unchanged)."""
     return name.replace(BASE, ".")
+
+
+def lora_module(key: str) -> str | None:
+    """The adapted module a LoRA state-dict key belongs to (``<m>`` of ``<m>.base_layer.*`` / ``<m>.lora_A.*`` /
+    ``<m>.lora_B.*``), None for any other key."""
+    for part in (BASE, LORA_A, LORA_B):
+        if part in key:
+            return key.split(part)[0]
+    return None
+
+
+def merge_lora_stream(items: Iterable[tuple[str, torch.Tensor]], scale: float) -> Iterator[tuple[str, torch.Tensor]]:
+    """``merge_lora`` over (name, tensor) pairs in state-dict order, lazily: the entries of one adapted module (its
+    base layer and adapters, consecutive in a state dict) are collected and merged together, every other entry passes
+    through as it arrives, so at most one module's tensors are held at a time (a weight sync gathers one tensor at a
+    time). Yields what ``merge_lora`` of the whole dict holds, in the same order."""
+    pending: dict[str, torch.Tensor] = {}
+    owner: str | None = None
+    for key, value in items:
+        module = lora_module(key)
+        if pending and module != owner:
+            yield from merge_lora(pending, scale).items()
+            pending = {}
+        owner = module
+        if module is None:
+            yield key, value
+        else:
+            pending[key] = value
+    if pending:
+        yield from merge_lora(pending, scale).items()
 
 
 def to_lora_keys(state: dict[str, torch.Tensor], model_keys: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -303,6 +303,7 @@ def warm_start(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     host.cfg, host.workers, host.tokenizer, host.proxy, host.val_suffix = cfg, {"actor": actor}, tok, train, ""
     host.engine = ScriptedEngine(tok, cfg)
     host._row_multiple, host.validate, host._log = (lambda: 1), (lambda: {}), (lambda m, s: None)
+    host.sync_engine_weights = lambda: None
     run_warm_start(host)
     return {f"{name}_{i}": getattr(b, name) for i, b in enumerate(actor.batches)
             for name in ("input_ids", "response_mask")}

@@ -31,6 +31,7 @@ from safetensors.torch import load_file
 from trainer_helpers import assert_all_finite, gpu_overrides, read_metrics
 
 from ragen.trainer.compose import load_train_config
+from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.ppo_trainer import PPOTrainer
 from ragen.utils.checkpoint import latest_checkpoint
 
@@ -66,7 +67,8 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
     trainer = PPOTrainer(cfg)
     try:
         trainer.setup()
-        actor, critic, engine = trainer.workers["actor"].worker, trainer.workers["critic"].worker, trainer.engine
+        actor, critic = trainer.workers["actor"].worker, trainer.workers["critic"].worker
+        engine = actor.engine_host.engine  # the actor's rank hosts the engine, beside its model
         assert {actor.device.type, critic.device.type, engine.device.type} == {device}
         assert engine.prefix_store is not None  # multi-turn: KV caches kept across turns
         if device == "cuda":
@@ -96,7 +98,7 @@ def test_multi_turn_run_with_ray_workers_on_one_gpu(tmp_path, tokenizer_dir):
         assert trainer.placement_group is not None  # the shared GPU placement group: one bundle, the one GPU
         bundles = ray.util.placement_group_table(trainer.placement_group)["bundles"]
         assert [b.get("GPU") for b in bundles.values()] == [1.0]
-        assert trainer.engine.device.type == "cuda"
+        assert isinstance(trainer.engine, HostedEngines) and trainer.engine.ranks == 1  # in the actor's rank
         trainer.fit()
     finally:
         trainer.shutdown()

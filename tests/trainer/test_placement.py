@@ -1,7 +1,8 @@
-"""GPU placement and the engine's sleep / wake schedule, through fakes that record calls and their order (no GPU,
-no vLLM): one shared placement group with a {"GPU": 1, "CPU": k} bundle per GPU, rank r of every role and the
-colocated engine in bundle r / 0, the separate engine on its own GPUs, and rollout -> sleep -> train -> wake
-weights -> sync -> wake KV cache in a real (tiny, in-process) training step."""
+"""GPU placement and the engines' sleep / wake schedule, through fakes that record calls and their order (no GPU,
+no vLLM): one shared placement group with a {"GPU": 1, "CPU": k} bundle per GPU, rank r of every role in bundle r,
+one engine hosted by every actor rank (data parallel) or a separate engine on its own GPUs, the layouts that are
+refused, and rollout -> sleep -> train -> wake weights -> sync -> wake KV cache in a real (tiny, in-process)
+training step."""
 
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ from trainer_helpers import tiny_overrides
 from ragen.trainer import builders, placement
 from ragen.trainer.compose import compose, load_train_config, to_train_config
 from ragen.trainer.derived import world_size
+from ragen.trainer.hosted import HostedEngines
 
 GPU8 = ["trainer=gpu"]  # 8 GPUs, world sizes = all (training) GPUs, engine vllm
 
@@ -37,25 +39,70 @@ def test_shared_placement_group_one_bundle_per_gpu():
 
 
 def test_worker_groups_share_the_placement_group(monkeypatch):
-    """Every role's group gets the same placement group (WorkerGroup puts rank r in bundle r) and a GPU fraction;
-    the fractions of one bundle, with the colocated engine's, add up to one GPU."""
+    """Every role's group gets the same placement group (WorkerGroup puts rank r in bundle r) and a GPU fraction
+    (the fractions of one bundle fit one GPU); the actor group comes first and its ranks get the engine to host."""
     made = []
 
     class RecordingGroup:
         def __init__(self, worker_cls, world_size, resources_per_worker, placement_group, **kw):
-            made.append((kw["role"] if "role" in kw else "critic", world_size, resources_per_worker, placement_group))
+            made.append((kw["role"] if "role" in kw else "critic", world_size, resources_per_worker, placement_group,
+                         kw.get("engine")))
             timeouts.add((kw["call_timeout_s"], kw["ready_timeout_s"]))
 
     timeouts = set()
     monkeypatch.setattr("ragen.workers.WorkerGroup", RecordingGroup)
     cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true", "trainer.worker_start_timeout_s=90")
-    builders.build_workers(cfg, "model-dir", placement_group="shared-pg")
+    spec = builders.hosted_engine_spec(cfg, "model-dir", "tok")
+    builders.build_workers(cfg, "model-dir", placement_group="shared-pg", engine=spec)
     assert timeouts == {(3600.0, 90.0)}  # every group: the call and start timeouts of the config
-    assert sorted(made) == [("actor", 8, {"CPU": 1.0, "GPU": 0.4}, "shared-pg"),
-                            ("critic", 8, {"CPU": 1.0, "GPU": 0.3}, "shared-pg"),
-                            ("ref", 8, {"CPU": 1.0, "GPU": 0.2}, "shared-pg")]
-    assert sum(placement.GPU_SHARE.values()) + placement.ENGINE_SHARE == pytest.approx(1.0)
-    assert placement.engine_bundle(cfg) == (0, placement.ENGINE_SHARE)
+    assert made == [("actor", 8, {"CPU": 1.0, "GPU": 0.4}, "shared-pg", spec),
+                    ("ref", 8, {"CPU": 1.0, "GPU": 0.2}, "shared-pg", None),
+                    ("critic", 8, {"CPU": 1.0, "GPU": 0.3}, "shared-pg", None)]
+    assert sum(placement.GPU_SHARE.values()) <= 1.0
+    assert spec.name == "vllm" and spec.kwargs["enable_sleep_mode"] and spec.kwargs["tensor_parallel_size"] == 1
+
+
+def test_every_actor_rank_hosts_one_engine_on_its_own_gpu():
+    """Colocated (vLLM's default, and the hf engine): one engine per actor rank, in bundle r = GPU r; a separate
+    vLLM engine on the GPUs after the training ones; without workers, one engine in the driver."""
+    eight = placement.engine_placement(_cfg(*GPU8))
+    assert eight == placement.EnginePlacement("actor_ranks", ranks=tuple(range(8)), bundles=tuple(range(8)))
+    hf = placement.engine_placement(_cfg(*GPU8, "rollout.engine=hf", "trainer.actor_world_size=4"))
+    assert hf == placement.EnginePlacement("actor_ranks", ranks=(0, 1, 2, 3), bundles=(0, 1, 2, 3))
+    separate = _cfg(*GPU8, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1")
+    assert placement.engine_placement(separate) == placement.EnginePlacement("separate", bundles=(7,))
+    assert builders.hosted_engine_spec(separate, "m", "tok") is None  # the workers host nothing
+    assert placement.engine_placement(_cfg()) == placement.EnginePlacement("actor_ranks", ranks=(0,))  # CPU
+    assert placement.engine_placement(_cfg(), with_workers=False) == placement.EnginePlacement("driver")
+    assert builders.hosted_engine_spec(_cfg(), "m", "tok").name == "hf"
+    with pytest.raises(ValueError, match="colocated engines live in the actor's ranks"):
+        placement.engine_bundle(_cfg(*GPU8))
+
+
+@pytest.mark.parametrize("overrides, refusal", [
+    (["rollout.vllm.tensor_parallel_size=2"],
+     "rollout.vllm.tensor_parallel_size=2 with rollout.vllm.placement=colocated: colocated vLLM engines run one per "
+     "actor rank, each on its rank's own GPU (data parallel), so one engine cannot span GPUs; set "
+     "rollout.vllm.tensor_parallel_size=1"),
+    (["rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=4"],
+     "rollout.vllm.rollout_gpus=4 with rollout.vllm.tensor_parallel_size=1: a separate placement runs one engine, on "
+     "1 GPU(s), and would leave 3 idle; set rollout.vllm.rollout_gpus=1"),
+    (["rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=4", "rollout.vllm.tensor_parallel_size=2"],
+     "rollout.vllm.rollout_gpus=4 with rollout.vllm.tensor_parallel_size=2: a separate placement runs one engine, on "
+     "2 GPU(s), and would leave 2 idle; set rollout.vllm.rollout_gpus=2"),
+    (["rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1"], None),
+    ([], None),
+])
+def test_engine_layouts_that_cannot_start_or_would_idle_gpus_are_refused(overrides, refusal):
+    from ragen.trainer.checks import check_engine_placement, check_trainer
+
+    cfg = _cfg(*GPU8, *overrides)
+    problems = check_engine_placement(cfg)
+    if refusal is None:
+        assert problems == []
+        return
+    assert len(problems) == 1 and problems[0].startswith(refusal), problems
+    assert problems[0] in check_trainer(cfg)  # part of the checks every run passes before anything starts
 
 
 def test_separate_placement_reserves_the_last_gpus_for_the_engine():
@@ -88,16 +135,17 @@ def test_engine_actor_is_started_in_its_bundle_with_the_vllm_settings():
         pass
 
     cfg = _cfg(*GPU8, "rollout.vllm.gpu_memory_utilization=0.35", "rollout.vllm.tensor_parallel_size=1",
-               "rollout.vllm.max_num_seqs=64", "agent.max_model_len=4096", "agent.max_new_tokens=256")
+               "rollout.vllm.max_num_seqs=64", "agent.max_model_len=4096", "agent.max_new_tokens=256",
+               "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1")
     engine = placement.start_engine_actor(cfg, "pg", VLLMEngine, "tok", "/m", "bfloat16", remote=remote,)
     (_, name, opts), (_, kwargs) = log
-    assert name == "VLLMEngine" and opts["num_gpus"] == placement.ENGINE_SHARE and opts["num_cpus"] == 1
+    assert name == "VLLMEngine" and opts["num_gpus"] == 1.0 and opts["num_cpus"] == 1
     assert opts["scheduling_strategy"].placement_group == "pg"
-    assert opts["scheduling_strategy"].placement_group_bundle_index == 0
+    assert opts["scheduling_strategy"].placement_group_bundle_index == 7
     assert opts["runtime_env"] == {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
     assert kwargs == {"tokenizer": "tok", "model": "/m", "device": "cuda", "dtype": "bfloat16",
                       "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1, "enforce_eager": False,
-                      "enable_sleep_mode": True, "max_num_seqs": 64, "max_model_len": 4096, "seed": 42}
+                      "enable_sleep_mode": False, "max_num_seqs": 64, "max_model_len": 4096, "seed": 42}
     assert engine.timeout_s == cfg.trainer.worker_call_timeout_s == 3600.0  # engine calls have a timeout too
     # the driver-side handle forwards each protocol call and waits for it
     engine._get = lambda ref: ref
@@ -196,16 +244,18 @@ def test_separate_engine_nccl_group_and_sync_with_fakes():
 
 
 def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_path, monkeypatch):
+    """The engine the actor's rank hosts sees the step's schedule (recorded inside the worker)."""
+    import ragen.rollout
     from ragen.trainer.ppo_trainer import PPOTrainer
 
-    real_build = builders.build_engine
+    real_make = ragen.rollout.make_engine
     recorders = []
 
-    def build(*args, **kwargs):
-        recorders.append(Recorder(real_build(*args, **kwargs)))
+    def make(*args, **kwargs):
+        recorders.append(Recorder(real_make(*args, **kwargs)))
         return recorders[-1]
 
-    monkeypatch.setattr(builders, "build_engine", build)
+    monkeypatch.setattr(ragen.rollout, "make_engine", make)
     cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false",
                                            "trainer.val_before_train=false", "rollout.val_n_groups=1"])
     trainer = PPOTrainer(cfg)
@@ -217,3 +267,4 @@ def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_p
         trainer.shutdown()
     calls = recorders[0].calls
     assert calls == ["generate", "sleep", "wake('weights',)", "update_weights", "wake('kv_cache',)"], calls
+    assert len(recorders) == 1 and isinstance(trainer.engine, HostedEngines)  # no engine in the driver

@@ -88,6 +88,8 @@ class RefSection:
 
 
 PLACEMENTS = ("colocated", "separate")
+# trainer.offload: auto (phase where a colocated engine shares the training GPUs, else none) | none | phase
+OFFLOAD_MODES = ("auto", "none", "phase")
 
 
 @dataclass(frozen=True)
@@ -304,6 +306,11 @@ class TrainerSection:
     join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
     placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for one
     before failing with the resources the cluster lacks (``ragen.workers.placement_check``).
+    ``offload``: where the actor's, critic's and reference's training state waits while a colocated rollout engine
+    is awake (``OFFLOAD_MODES``): ``phase`` moves parameters, gradients and optimizer state to pinned host memory
+    before the engine wakes and back before the first training phase (``ragen.workers.offload``; results bitwise the
+    same), ``none`` keeps them on the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or
+    vLLM colocated) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
     """
 
     total_steps: int = 20
@@ -343,6 +350,7 @@ class TrainerSection:
     ray_address: str | None = None
     placement_strategy: str = "PACK"
     placement_timeout_s: float = 120.0
+    offload: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_consecutive_skips < 0:
@@ -355,6 +363,8 @@ class TrainerSection:
         if self.max_restarts < 0:
             raise ValueError(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
                              f"{self.max_restarts}")
+        if self.offload not in OFFLOAD_MODES:
+            raise ValueError(f"trainer.offload={self.offload!r} is unknown; use one of {', '.join(OFFLOAD_MODES)}")
         if self.placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(f"trainer.placement_strategy={self.placement_strategy!r} is unknown; use one of "
                              f"{', '.join(PLACEMENT_STRATEGIES)}")

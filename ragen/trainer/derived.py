@@ -75,6 +75,17 @@ def engine_gpus(cfg: TrainConfig) -> int:
     return v.rollout_gpus if cfg.rollout.engine == "vllm" and v.placement == "separate" else 0
 
 
+def offload_mode(cfg: TrainConfig) -> str:
+    """``trainer.offload`` resolved to ``phase`` or ``none``: ``auto`` is phase where a rollout engine shares the
+    training GPUs (device cuda, no ``rollout.vllm.placement=separate``) in the PPO trainer, whose step sleeps and
+    wakes the engine around the training phases; none elsewhere (CPU: the host is the device)."""
+    mode = cfg.trainer.offload
+    if mode != "auto":
+        return mode
+    shared = device(cfg) == "cuda" and not engine_gpus(cfg) and cfg.algorithm.name == "ppo"
+    return "phase" if shared else "none"
+
+
 def training_gpus(cfg: TrainConfig) -> int:
     """GPUs the actor / critic / reference ranks may use: all GPUs less the engine's own."""
     return total_gpus(cfg) - engine_gpus(cfg)

@@ -51,7 +51,9 @@ def devices_line(cfg: TrainConfig) -> str:
                  f"sleep mode {'on' if v.enable_sleep_mode else 'off'}")
         text += (f"; vllm engine {where}, tensor_parallel_size {v.tensor_parallel_size}, gpu_memory_utilization "
                  f"{v.gpu_memory_utilization}")
-    return text
+    mode = derived.offload_mode(cfg)
+    state = "in host memory" if mode == "phase" else "on the GPUs"
+    return text + f"; training state {state} while the engine is awake (trainer.offload={tr.offload}: {mode})"
 
 
 def ray_line(cfg: TrainConfig) -> str:

@@ -79,6 +79,10 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
     finally:
         trainer.shutdown()
     _check_run(out, trainer.model_path)
+    last = read_metrics(out)[-1]
+    kind = "allocated" if torch.cuda.is_available() and torch.cuda.is_initialized() else "rss"  # CUDA peaks or RSS
+    assert last[f"memory/rollout/{kind}"] > 0 and last[f"memory/actor_update/{kind}"] > 0
+    assert ("timing/offload" in last) == (device == "cuda")  # trainer.offload=auto: phase on CUDA only
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ from ragen.trainer.derived import (
     CHARS_PER_TOKEN,
     device,
     engine_gpus,
+    engine_shares_memory,
     needs_critic,
     total_gpus,
     training_gpus,
@@ -161,8 +162,9 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
 
 def check_offload(cfg: TrainConfig) -> list[str]:
     """``trainer.offload=phase`` where it would move nothing useful: on CPU (the host is the device), beside a
-    separately placed engine (it has GPUs of its own and never wakes on the training GPUs), or in the ArCHer family
-    (its loop does not run the between-phase schedule)."""
+    separately placed engine (it has GPUs of its own and never wakes on the training GPUs) or a vLLM engine without
+    sleep mode (it never frees its memory), or in the ArCHer family (its loop does not run the between-phase
+    schedule)."""
     if cfg.trainer.offload != "phase":
         return []
     if cfg.algorithm.name != "ppo":
@@ -172,6 +174,9 @@ def check_offload(cfg: TrainConfig) -> list[str]:
         why = "the workers run on CPU, where the host is the device: there is nothing to move off it"
     elif engine_gpus(cfg):
         why = "rollout.vllm.placement=separate gives the engine GPUs of its own, so it never wakes on the training GPUs"
+    elif not engine_shares_memory(cfg):
+        why = ("rollout.vllm.enable_sleep_mode=false: the engine keeps its memory while the workers train, so what "
+               "the offload frees between phases is never the engine's to use")
     else:
         return []
     return [f"trainer.offload='phase' has no effect: {why}; set trainer.offload=auto (phase wherever an engine "

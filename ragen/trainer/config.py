@@ -310,7 +310,7 @@ class TrainerSection:
     is awake (``OFFLOAD_MODES``): ``phase`` moves parameters, gradients and optimizer state to pinned host memory
     before the engine wakes and back before the first training phase (``ragen.workers.offload``; results bitwise the
     same), ``none`` keeps them on the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or
-    vLLM colocated) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
+    vLLM colocated with sleep mode) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
     """
 
     total_steps: int = 20

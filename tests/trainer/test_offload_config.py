@@ -21,6 +21,7 @@ def test_auto_offloads_where_an_engine_shares_the_training_gpus():
     assert offload_mode(_cfg(*gpu)) == "phase"  # vLLM colocated
     assert offload_mode(_cfg(*gpu, "rollout.engine=hf")) == "phase"
     assert offload_mode(_cfg(*gpu, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1")) == "none"
+    assert offload_mode(_cfg(*gpu, "rollout.vllm.enable_sleep_mode=false")) == "none"
     assert offload_mode(_cfg(*gpu, "trainer.offload=none")) == "none"
     assert check_offload(_cfg(*gpu, "trainer.offload=phase")) == []
 
@@ -33,6 +34,8 @@ def test_phase_is_refused_where_it_would_move_nothing():
     separate = _cfg("trainer=gpu", "trainer.device=cuda", "rollout.vllm.placement=separate",
                     "rollout.vllm.rollout_gpus=1", "trainer.offload=phase")
     assert "GPUs of its own" in check_offload(separate)[0]
+    awake = _cfg("trainer=gpu", "trainer.device=cuda", "rollout.vllm.enable_sleep_mode=false", "trainer.offload=phase")
+    assert "rollout.vllm.enable_sleep_mode=false" in check_offload(awake)[0]
     archer = _cfg("trainer=gpu", "trainer.device=cuda", "algorithm.name=archer", "trainer.offload=phase")
     assert "algorithm.name=archer" in check_offload(archer)[0]
     with pytest.raises(ValueError, match="trainer.offload='always' is unknown; use one of auto, none, phase"):

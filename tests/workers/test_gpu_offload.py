@@ -102,7 +102,10 @@ def test_phase_memory_reads_the_peaks_of_the_memory_the_process_uses(device):
         block = torch.ones(64 * MIB // 4, device=device)
         del block
     got = phases.take()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        assert got["memory/p/allocated"] >= 64 * MIB / GB and got["memory/p/reserved"] >= got["memory/p/allocated"]
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # the process uses CUDA (an earlier cuda twin too)
+        assert set(got) == {"memory/p/allocated", "memory/p/reserved"}
+        assert got["memory/p/reserved"] >= got["memory/p/allocated"]
+        if device == "cuda":
+            assert got["memory/p/allocated"] >= 64 * MIB / GB
     else:
         assert 0.01 < got["memory/p/rss"] < 64 and set(got) <= {"memory/p/rss", "memory/p/rss_peak"}

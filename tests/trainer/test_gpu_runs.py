@@ -81,7 +81,8 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
     _check_run(out, trainer.model_path)
     last = read_metrics(out)[-1]
     kind = "allocated" if torch.cuda.is_available() and torch.cuda.is_initialized() else "rss"  # CUDA peaks or RSS
-    assert last[f"memory/rollout/{kind}"] > 0 and last[f"memory/actor_update/{kind}"] > 0
+    peaks = [last[f"memory/{phase}/{kind}"] for phase in ("rollout", "actor_update")]
+    assert all(p > 0 for p in peaks) or (device == "cpu" and kind == "allocated")  # (a CPU twin in a CUDA process)
     assert ("timing/offload" in last) == (device == "cuda")  # trainer.offload=auto: phase on CUDA only
 
 

@@ -15,6 +15,8 @@ from ragen.trainer.derived import (
     CHARS_PER_TOKEN,
     critic_worker_needed,
     device,
+    engine_gpus,
+    engine_shares_memory,
     needs_critic,
     total_gpus,
     training_gpus,
@@ -158,7 +160,30 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
                    "must be >= 1")
     if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
         out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
-    return out
+    return out + check_offload(cfg)
+
+
+def check_offload(cfg: TrainConfig) -> list[str]:
+    """``trainer.offload=phase`` where it would move nothing useful: on CPU (the host is the device), beside a
+    separately placed engine (it has GPUs of its own and never wakes on the training GPUs) or a vLLM engine without
+    sleep mode (it never frees its memory), or in the ArCHer family (its loop does not run the between-phase
+    schedule)."""
+    if cfg.trainer.offload != "phase":
+        return []
+    if cfg.algorithm.name != "ppo":
+        why = f"algorithm.name={cfg.algorithm.name} keeps its workers' state on the GPU (only the PPO trainer's step " \
+              "offloads it while the engine is awake)"
+    elif device(cfg) != "cuda":
+        why = "the workers run on CPU, where the host is the device: there is nothing to move off it"
+    elif engine_gpus(cfg):
+        why = "rollout.vllm.placement=separate gives the engine GPUs of its own, so it never wakes on the training GPUs"
+    elif not engine_shares_memory(cfg):
+        why = ("rollout.vllm.enable_sleep_mode=false: the engine keeps its memory while the workers train, so what "
+               "the offload frees between phases is never the engine's to use")
+    else:
+        return []
+    return [f"trainer.offload='phase' has no effect: {why}; set trainer.offload=auto (phase wherever an engine "
+            "shares the training GPUs) or none"]
 
 
 def _frozen_learners(cfg: TrainConfig) -> list[str]:

@@ -93,6 +93,8 @@ class RefSection:
 
 
 PLACEMENTS = ("colocated", "separate")
+# trainer.offload: auto (phase where a colocated engine shares the training GPUs, else none) | none | phase
+OFFLOAD_MODES = ("auto", "none", "phase")
 
 
 @dataclass(frozen=True)
@@ -312,6 +314,11 @@ class TrainerSection:
     ``gpu_memory_gb``: GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.memory_check``;
     null = the size of the GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``:
     ``refuse`` a plan whose peak exceeds it, before anything starts, or ``warn`` (print the plan, start anyway).
+    ``offload``: where the actor's, critic's and reference's training state waits while a colocated rollout engine
+    is awake (``OFFLOAD_MODES``): ``phase`` moves parameters, gradients and optimizer state to pinned host memory
+    before the engine wakes and back before the first training phase (``ragen.workers.offload``; results bitwise the
+    same), ``none`` keeps them on the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or
+    vLLM colocated with sleep mode) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
     """
 
     total_steps: int = 20
@@ -353,6 +360,7 @@ class TrainerSection:
     placement_timeout_s: float = 120.0
     gpu_memory_gb: float | None = None
     memory_check: str = "refuse"
+    offload: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_consecutive_skips < 0:
@@ -365,6 +373,8 @@ class TrainerSection:
         if self.max_restarts < 0:
             raise ValueError(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
                              f"{self.max_restarts}")
+        if self.offload not in OFFLOAD_MODES:
+            raise ValueError(f"trainer.offload={self.offload!r} is unknown; use one of {', '.join(OFFLOAD_MODES)}")
         if self.placement_strategy not in PLACEMENT_STRATEGIES:
             raise ValueError(f"trainer.placement_strategy={self.placement_strategy!r} is unknown; use one of "
                              f"{', '.join(PLACEMENT_STRATEGIES)}")

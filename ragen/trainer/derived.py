@@ -75,6 +75,27 @@ def engine_gpus(cfg: TrainConfig) -> int:
     return v.rollout_gpus if cfg.rollout.engine == "vllm" and v.placement == "separate" else 0
 
 
+def offload_mode(cfg: TrainConfig) -> str:
+    """``trainer.offload`` resolved to ``phase`` or ``none``: ``auto`` is phase where a rollout engine shares the
+    training GPUs and frees its memory between rollouts (device cuda; the hf engine, or vLLM colocated with sleep
+    mode) in the PPO trainer, whose step sleeps and wakes the engine around the training phases; none elsewhere
+    (CPU: the host is the device)."""
+    mode = cfg.trainer.offload
+    if mode != "auto":
+        return mode
+    return "phase" if engine_shares_memory(cfg) and cfg.algorithm.name == "ppo" else "none"
+
+
+def engine_shares_memory(cfg: TrainConfig) -> bool:
+    """The rollout engine takes turns with the training state on the training GPUs: device cuda and the hf engine,
+    or vLLM colocated with sleep mode (without it vLLM holds its memory all the time; on GPUs of its own it never
+    shares them)."""
+    if device(cfg) != "cuda":
+        return False
+    v = cfg.rollout.vllm
+    return cfg.rollout.engine != "vllm" or (not engine_gpus(cfg) and v.enable_sleep_mode)
+
+
 def training_gpus(cfg: TrainConfig) -> int:
     """GPUs the actor / critic / reference ranks may use: all GPUs less the engine's own."""
     return total_gpus(cfg) - engine_gpus(cfg)

@@ -165,7 +165,7 @@ def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: A
                         timeout_s=cfg.trainer.worker_call_timeout_s)
 
 
-def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
+def wake_and_sync(engine: Any, sync: Callable[[], Any] | None, offload: Any = None) -> None:
     """Bring the engine back after training, with the new weights.
 
     Each step runs: rollout -> ``engine.sleep()`` -> training phases -> ``engine.wake(("weights",))`` -> ``sync()``
@@ -174,13 +174,20 @@ def wake_and_sync(engine: Any, sync: Callable[[], Any] | None) -> None:
     workers' training memory is free while the engine sleeps; waking the weights first and the KV cache only after
     the sync keeps the sync's buffers and the KV cache from being allocated at once. ``sync=None`` (no actor update
     this step, e.g. critic warm-up) wakes everything without a sync.
+    ``offload`` (``ragen.trainer.step_memory.PhaseOffload``, with ``trainer.offload=phase``): its
+    ``before_wake(tags)`` runs before each ``engine.wake(tags)``, moving the training state off the GPU first.
     """
+    def wake(tags: tuple[str, ...] | None) -> None:
+        if offload is not None:
+            offload.before_wake(tags)
+        engine.wake(tags)
+
     if sync is None:
-        engine.wake(None)
+        wake(None)
         return
-    engine.wake(("weights",))
+    wake(("weights",))
     sync()
-    engine.wake(("kv_cache",))
+    wake(("kv_cache",))
 
 
 def nccl_waiter(method: str, timeout_s: float | None) -> Callable[[Any], Any]:

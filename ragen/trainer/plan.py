@@ -56,7 +56,9 @@ def devices_line(cfg: TrainConfig) -> str:
                  f"{v.gpu_memory_utilization}")
         if importlib.util.find_spec("vllm") is None:  # planning from a machine without GPUs (checks refuse it on one)
             text += "; vllm is not installed here: the GPU machines need pip install -e .[gpu] (vllm==0.32.0)"
-    return text
+    mode = derived.offload_mode(cfg)
+    state = "in host memory" if mode == "phase" else "on the GPUs"
+    return text + f"; training state {state} while the engine is awake (trainer.offload={tr.offload}: {mode})"
 
 
 def memory_lines(cfg: TrainConfig, model: ModelCheck) -> list[str]:

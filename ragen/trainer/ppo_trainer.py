@@ -2,11 +2,14 @@
 
 Per step::
 
-    rollout (agent proxy over the engine) -> engine sleep -> rollout filtering -> old / ref log-probs (and the
-    rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``) -> values
+    rollout (agent proxy over the engine) -> engine sleep -> reload -> rollout filtering -> old / ref log-probs
+    (and the rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``) -> values
     -> bootstrap values (episodes cut by the length budget) -> advantages (ragen.algorithms) -> critic update
-    -> actor update -> engine wake (weights) -> weight sync -> engine wake (KV cache) -> metrics, validation,
-    checkpoint, run report (``ragen.report``, refreshed after each validation)
+    -> actor update -> offload -> engine wake (weights) -> weight sync -> offload -> engine wake (KV cache)
+    -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed after each validation)
+
+``reload`` / ``offload`` run with ``trainer.offload=phase`` (``ragen.trainer.step_memory``): the training state
+waits in host memory while the engine is awake. Each phase's memory peak is logged as ``memory/<phase>/...``.
 
 Models live in worker groups (Ray placement groups, or in-process), and so do the rollout engines: each actor rank
 hosts one (``ragen.trainer.placement``; a vLLM engine on GPUs of its own is the exception), built before its model,
@@ -30,7 +33,7 @@ from tqdm import tqdm
 
 from ragen.agent.batch import episode_records, failed_episode_records
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, turn_layout
+from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, step_memory, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
@@ -41,6 +44,7 @@ from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
 from ragen.utils.checkpoint import latest_checkpoint
 from ragen.utils.hardware import resolve_dtype
+from ragen.utils.memory import PHASE_MEMORY
 from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import bar_postfix
@@ -158,7 +162,7 @@ class PPOTrainer(Driver):
         return metrics
 
     def train_step(self) -> dict[str, float]:
-        """One PPO step; returns its metrics (rollout, actor/*, critic/*, timing/*, perf/*)."""
+        """One PPO step; returns its metrics (rollout, actor/*, critic/*, timing/*, perf/*, memory/<phase>/*)."""
         cfg, t = self.cfg, {}
         actor, critic, ref = self.workers["actor"], self.workers.get("critic"), self.workers.get("ref")
         metrics: dict[str, float] = {}
@@ -167,6 +171,10 @@ class PPOTrainer(Driver):
             batch = self.proxy.rollout("train")
         with self._timed("engine_sleep", t):  # free the engines' memory for training (vLLM sleep mode; hf on GPU)
             self.engine.sleep()
+        offload = step_memory.phase_offload(cfg, self.workers)  # None unless trainer.offload resolves to phase
+        if offload is not None:
+            with self._timed("reload", t):  # the training state back on the GPUs before the first training phase
+                offload.reload()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
         errors = failed_episode_records(batch, self.step + 1)
@@ -226,7 +234,7 @@ class PPOTrainer(Driver):
             with self._timed("actor_update", t):
                 metrics.update(actor.call("update", tb, progress=self._progress("actor")))
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
-            placement.wake_and_sync(self.engine, self._weight_sync if updated else None)
+            placement.wake_and_sync(self.engine, self._weight_sync if updated else None, offload)
         self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
@@ -235,12 +243,15 @@ class PPOTrainer(Driver):
         if self._report_seconds is not None:
             metrics["timing/report"], self._report_seconds = self._report_seconds, None
         metrics.update(phases.perf_metrics(batch, step_s, t))
+        metrics.update(step_memory.step_metrics(self.workers, offload))
         return metrics
 
     def sync_engine_weights(self) -> None:
         """Wake the engine's weights, give it the actor's current weights, wake its KV cache
-        (``placement.wake_and_sync``): the first load, a resume, a restart, the warm start."""
-        placement.wake_and_sync(self.engine, self._weight_sync)
+        (``placement.wake_and_sync``): the first load, a resume, a restart, the warm start. With
+        ``trainer.offload=phase`` the training state leaves the GPUs before each wake, as in a step, so the rollout
+        that follows (the first one, or validation) has the GPUs to itself."""
+        placement.wake_and_sync(self.engine, self._weight_sync, step_memory.phase_offload(self.cfg, self.workers))
 
     def _weight_sync(self) -> Any:
         """The actor's weights to the engine, never through this process where workers host the engines: each
@@ -259,9 +270,10 @@ class PPOTrainer(Driver):
 
     @contextmanager
     def _timed(self, name: str, timings: dict[str, float]) -> Iterator[None]:
-        """``timed`` that also records the running phase (named by :meth:`_guarded` when a worker fails)."""
+        """``timed`` that also records the running phase (named by :meth:`_guarded` when a worker fails) and, for
+        the engine's phases, their memory peak in this process (``step_memory.DRIVER_PHASES``)."""
         self.phase = name
-        with timed(name, timings):
+        with timed(name, timings), PHASE_MEMORY.measure(name if name in step_memory.DRIVER_PHASES else None):
             yield
 
     def _guarded(self, fn: Callable[[], Any], phase: str | None = None, step: int | None = None) -> Any:

@@ -28,8 +28,8 @@ from ragen.models.shape import ModelShape, model_shape, tiny_shape
 from ragen.trainer.config import ConfigError, TrainConfig
 
 # Keys a continued run may change: its length, resume mode, logging, progress, reporting, fault handling and
-# where the workers run (Ray or in-process, its cluster and placement), none of which changes what the steps
-# compute. Every other key must equal the saved run's.
+# where the workers run (Ray or in-process, its cluster and placement) and their state waits between phases, none of
+# which changes what the steps compute. Every other key must equal the saved run's.
 RESUME_KEYS = frozenset({
     "trainer.total_steps", "trainer.resume", "trainer.val_only", "trainer.dry_run", "trainer.output_dir",
     "trainer.verbose", "trainer.progress_bar", "trainer.loggers", "trainer.project_name", "trainer.experiment_name",
@@ -37,7 +37,7 @@ RESUME_KEYS = frozenset({
     "trainer.report_train_samples", "trainer.report_val_samples", "trainer.max_restarts",
     "trainer.max_consecutive_skips", "trainer.worker_call_timeout_s", "trainer.worker_start_timeout_s",
     "trainer.placement_timeout_s", "trainer.ray_address", "trainer.num_threads", "trainer.cpus_per_worker",
-    "trainer.use_ray", "trainer.placement_strategy", "model.cache_dir", "trainer.gpu_memory_gb",
+    "trainer.use_ray", "trainer.placement_strategy", "trainer.offload", "model.cache_dir", "trainer.gpu_memory_gb",
     "trainer.memory_check",
 })
 SHOWN_DIFFERENCES = 6  # differing keys named in the message (the rest are counted)

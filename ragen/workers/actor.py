@@ -24,7 +24,7 @@ from ragen.models.value_head import HEAD_FILE, zero_value_head
 from ragen.models.weights import MemoryReader, SafetensorsReader, TensorReader
 from ragen.utils.console import redirect_worker_output
 from ragen.utils.hardware import resolve_precision
-from ragen.utils.memory import memory_stats
+from ragen.utils.memory import PHASE_MEMORY, PhasePeaks, memory_stats
 from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers import materialize as M
@@ -44,6 +44,7 @@ from ragen.workers.lora import (
     merge_weight,
     plain_name,
 )
+from ragen.workers.offload import StateOffload, worker_phase
 from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 
 ROLES = ("actor", "ref")
@@ -201,6 +202,7 @@ class PolicyWorker:
                                chunk_size=self.cfg.log_prob_chunk_size, with_entropy=with_entropy,
                                checkpoint=self.cfg.checkpoint_lm_head, with_values=True)
 
+    @worker_phase("values", optimizer=False)
     def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B_local, T), last_values (B_local,)) of the shared value head, no grad, in the convention of
         ``CriticWorker.compute_values`` (``values[:, t]`` = V of the context before token t)."""
@@ -209,6 +211,7 @@ class PolicyWorker:
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, lambda b: self._with_values(b, False)[2:])
 
+    @worker_phase("log_probs", optimizer=False)
     def compute_log_probs_and_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_probs (B_local, T), values (B_local, T), last_values (B_local,)) from one no-grad forward of an actor
         with the shared value head: what ``compute_log_probs`` and ``compute_values`` return, in their conventions,
@@ -224,6 +227,7 @@ class PolicyWorker:
 
         return forward_in_chunks(batch, size, self.device, fn)
 
+    @worker_phase("log_probs", optimizer=False)
     def compute_log_probs(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (B_local, T) fp32 of each response token under the current policy (no grad).
 
@@ -232,6 +236,7 @@ class PolicyWorker:
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, lambda b: self._log_probs(b, with_entropy=False)[0])
 
+    @worker_phase("ref_log_probs", optimizer=False)
     def compute_ref_log_probs(self, batch: TrainBatch) -> torch.Tensor:
         """Log-probs (B_local, T) of the reference policy of a LoRA actor: the frozen base, adapters off. Same
         positions as ``compute_log_probs``."""
@@ -267,6 +272,7 @@ class PolicyWorker:
         sums["critic/vf_loss"] = float(vl.detach())
         return spec.coef * vl
 
+    @worker_phase("update")
     def update(self, batch: TrainBatch, progress: tuple[int, int] | None = None) -> dict[str, float]:
         """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics. ``progress``:
         (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
@@ -294,6 +300,7 @@ class PolicyWorker:
         token_sums = {"sft/nll": float(torch.where(m, -lp.detach(), 0.0).sum())}
         return MicroResult(loss=loss, token_sums=token_sums, sums={"sft/loss": float(loss.detach())})
 
+    @worker_phase()
     def sft_update(self, batch: TrainBatch, epochs: int = 1, lr: float | None = None,
                    lr_end: float | None = None) -> dict[str, float]:
         """Supervised update (behaviour cloning, ``bc_loss``) on demonstrated tokens: the ``response_mask`` (or
@@ -307,12 +314,14 @@ class PolicyWorker:
         return self.trainable.update(batch, lambda b: b.policy_mask, self._sft_micro_loss, epochs=epochs, lr=lr,
                                      lr_end=lr_end)
 
+    @worker_phase()
     def reset_optimizer(self) -> None:
         """Forget the actor's optimizer moments (after a warm start: RL starts with fresh Adam statistics)."""
         if self.trainable is not None:
             self.trainable.reset_optimizer()
 
     # ---------------------------------------------------------------------------------------------- weights
+    @worker_phase(optimizer=False)
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Full unsharded fp32 weights with transformers key names (``model.layers.0...``) on rank 0, ``{}`` on
         other ranks (all ranks must call). For syncing rollout engines."""
@@ -377,6 +386,7 @@ class PolicyWorker:
         """Rank 0: broadcast planned bucket ``index`` to the engine's workers."""
         return self._broadcaster.send(index)
 
+    @worker_phase()
     def save(self, dir: str) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
         generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it; a LoRA actor
@@ -411,6 +421,7 @@ class PolicyWorker:
         except (OSError, ValueError) as exc:  # a weights-only folder: the model is still loadable
             print(f"[PolicyWorker] no tokenizer saved with the checkpoint ({exc})")
 
+    @worker_phase()
     def load(self, dir: str) -> None:
         """Load weights (and, for the actor, optimizer/scheduler state when present) saved by ``save``; every rank
         reads only its own slices of the files (``ragen.workers.materialize``).
@@ -463,3 +474,28 @@ class PolicyWorker:
     def memory_stats(self) -> dict[str, float]:
         """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""
         return {**memory_stats(), "nice": float(niceness())}
+
+    # ---------------------------------------------------------------------------------------------- GPU memory
+    _frozen_offload: StateOffload | None = None  # the reference's (parameters only), made on first use
+
+    def state_offload(self) -> StateOffload:
+        """The mover of this rank's state between the device and host memory (``ragen.workers.offload``): the
+        actor's parameters, gradients and optimizer state, the reference's parameters."""
+        if self.trainable is not None:
+            return self.trainable.offloader
+        if self._frozen_offload is None:
+            self._frozen_offload = StateOffload(self.module, None, self.device)
+        return self._frozen_offload
+
+    def offload(self, params: bool = True, optimizer: bool = True) -> None:
+        """Move this rank's parameters (with gradients) and / or optimizer state to host memory while the rollout
+        engine uses the GPU; the methods that need them bring them back (:meth:`reload`, or for one call)."""
+        self.state_offload().offload(params=params, optimizer=optimizer)
+
+    def reload(self) -> None:
+        """Bring back what :meth:`offload` moved, bitwise as it was."""
+        self.state_offload().reload()
+
+    def phase_memory(self) -> PhasePeaks:
+        """The memory peaks of this process's phases since the last call (``ragen.utils.memory.PhaseMemory``)."""
+        return PhasePeaks(PHASE_MEMORY.take())

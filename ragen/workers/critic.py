@@ -17,12 +17,13 @@ from ragen.models.meta import empty_model
 from ragen.models.value_head import HEAD_FILE, ValueModel
 from ragen.models.weights import SafetensorsReader, TensorReader
 from ragen.utils.console import redirect_worker_output
-from ragen.utils.memory import memory_stats
+from ragen.utils.memory import PHASE_MEMORY, PhasePeaks, memory_stats
 from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers import materialize as M
 from ragen.workers.config import CriticConfig
 from ragen.workers.data import TrainBatch
+from ragen.workers.offload import StateOffload, worker_phase
 from ragen.workers.trainable import MicroResult, Trainable, forward_in_chunks
 
 
@@ -86,6 +87,7 @@ class CriticWorker:
         with D.compute_autocast(self.device, self.cfg.mixed_precision):
             return self.module(b.input_ids, b.attention_mask)
 
+    @worker_phase("values", optimizer=False)
     def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B_local, T), last_values (B_local,)) fp32, no grad, in the convention of ``ValueModel``:
         ``values[:, t]`` is V of the context before token t; ``last_values`` is V after the last real token (on a
@@ -104,6 +106,7 @@ class CriticWorker:
                                                   "critic/values_mean": float(vals.sum())},
                            sums={"critic/vf_loss": float(loss.detach())})
 
+    @worker_phase("update")
     def update(self, batch: TrainBatch, progress: tuple[int, int] | None = None) -> dict[str, float]:
         """Value update on this rank's shard (all ranks call); needs ``values`` (old) and ``returns``. ``progress``:
         (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
@@ -116,6 +119,7 @@ class CriticWorker:
             raise ValueError(f"CriticWorker.update needs batch fields {missing}; compute values and advantages first")
         return self.trainable.update(batch, self.loss_mask, self._micro_loss, progress=progress)
 
+    @worker_phase()
     def save(self, dir: str) -> None:
         """Write backbone (transformers folder) + ``value_head.safetensors`` + ``optimizer.pt`` (all ranks call)."""
         directory = Path(dir)
@@ -127,6 +131,7 @@ class CriticWorker:
         self.trainable.save_state(directory, self.rank)
         D.barrier()
 
+    @worker_phase()
     def load(self, dir: str) -> None:
         """Load weights and optimizer/scheduler state written by ``save`` (each rank reads its own slices)."""
         directory = Path(dir)
@@ -152,3 +157,23 @@ class CriticWorker:
     def memory_stats(self) -> dict[str, float]:
         """This rank's process memory (``rss_gb`` now, ``peak_gb`` so far) and its niceness (``nice``)."""
         return {**memory_stats(), "nice": float(niceness())}
+
+    # ---------------------------------------------------------------------------------------------- GPU memory
+    role = "critic"  # names its phases' memory peaks (critic_values, critic_update)
+
+    def state_offload(self) -> StateOffload:
+        """The mover of this rank's parameters, gradients and optimizer state (``ragen.workers.offload``)."""
+        return self.trainable.offloader
+
+    def offload(self, params: bool = True, optimizer: bool = True) -> None:
+        """Move this rank's parameters (with gradients) and / or optimizer state to host memory while the rollout
+        engine uses the GPU; the methods that need them bring them back (:meth:`reload`, or for one call)."""
+        self.trainable.offload(params=params, optimizer=optimizer)
+
+    def reload(self) -> None:
+        """Bring back what :meth:`offload` moved, bitwise as it was."""
+        self.trainable.reload()
+
+    def phase_memory(self) -> PhasePeaks:
+        """The memory peaks of this process's phases since the last call (``ragen.utils.memory.PhaseMemory``)."""
+        return PhasePeaks(PHASE_MEMORY.take())

@@ -7,6 +7,8 @@ mini-batch, in order, so the mini-batches are those of world size 1), gradients 
 (``micro_batch_size`` rows each, trailing padding trimmed) accumulate, then the global grad norm is clipped and
 one optimizer + lr step runs. Losses are normalised by token / sequence counts all-reduced over the whole
 mini-batch, so the summed micro-batch losses are the mini-batch loss whatever the micro-batch split or world size.
+Between phases the parameters, gradients and optimizer state can leave the device (``offload`` / ``reload``,
+``ragen.workers.offload``) while a colocated rollout engine uses it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ragen.utils.memory import release_free_memory
+from ragen.utils.memory import release_cached_memory
 from ragen.workers import dist as D
 from ragen.workers.data import TrainBatch
+from ragen.workers.offload import StateOffload
 
 OPTIM_FILE = "optimizer.pt"
 
@@ -84,6 +87,16 @@ class Trainable:
                                            betas=cfg.betas, eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=True)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_lambda)
         self.steps = 0
+        self.offloader = StateOffload(module, self.optimizer, device)
+
+    def offload(self, params: bool = True, optimizer: bool = True) -> None:
+        """Move the parameters (with their gradients) and / or the optimizer state to host memory
+        (``StateOffload.offload``); a no-op that records the call on a CPU device."""
+        self.offloader.offload(params=params, optimizer=optimizer)
+
+    def reload(self) -> None:
+        """Bring back everything :meth:`offload` moved, bitwise as it was."""
+        self.offloader.reload()
 
     def _lr_lambda(self, step: int) -> float:
         c = self.cfg
@@ -195,7 +208,7 @@ class Trainable:
         metrics[f"{self.prefix}/empty_mini_batches"] = float(n_epochs * (len(minis) - len(real)))
         metrics[f"{self.prefix}/lr"] = float(lr)
         self.module.eval()
-        release_free_memory()  # the micro-batches' activations: back to the OS, not kept at the peak
+        release_cached_memory()  # the micro-batches' activations: back to the OS / CUDA driver, not kept at the peak
         return metrics
 
     def _step(self, schedule: bool = True) -> float:

@@ -169,6 +169,7 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
     assert "Qwen2ForCausalLM, 28 layers, hidden 3584, 28 heads (4 key/value), vocab 152064, ~7.62B parameters" in out
     assert "[ragen] devices   cuda, 8 GPU(s) = trainer.n_gpus_per_node=8 x trainer.nnodes=1" in out
     assert "vllm engine colocated on the training GPUs" in out
+    assert "training state in host memory while the engine is awake (trainer.offload=auto: phase)" in out
     assert "[ragen] ray       starts a local Ray; 16 worker rank(s)" in out  # actor 8 + critic 8, no reference
     assert "[ragen] batch     8 groups x 16 = 128 episodes per step; 128 rows (trajectory layout" in out
     assert ("[ragen] actor     mini-batch 32 rows -> 4 optimizer step(s) per step (1 epoch(s)); micro-batch 2 per "

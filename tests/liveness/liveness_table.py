@@ -284,6 +284,10 @@ t.allow("trainer.dry_run", "run mode: check everything and print the plan, start
 t.allow("trainer.output_dir", "path: the run folder")
 t.allow("trainer.keep_last_ckpt", "checkpoint retention (tests/utils/test_checkpoint.py)")
 t.add("trainer.device", same(REAL, "auto"), rejected("cuda"), note="auto: cuda when GPUs are configured and visible")
+t.add("trainer.offload", same(STEP, "none"), rejected("phase"),
+      note="GPU memory knob (auto = phase on CUDA where the engine shares the training GPUs); the state comes back "
+           "bitwise and the steps' results are identical: tests/workers/test_offload.py, "
+           "tests/trainer/test_offload_schedule.py, GPU twin tests/workers/test_gpu_offload.py")
 for key in ("n_gpus_per_node", "nnodes", "use_ray", "actor_world_size", "critic_world_size", "ref_world_size",
             "cpus_per_worker"):
     t.allow(f"trainer.{key}", "resources / Ray placement: results are world-size invariant "

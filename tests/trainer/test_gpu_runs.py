@@ -81,6 +81,11 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
     finally:
         trainer.shutdown()
     _check_run(out, trainer.model_path)
+    last = read_metrics(out)[-1]
+    kind = "allocated" if torch.cuda.is_available() and torch.cuda.is_initialized() else "rss"  # CUDA peaks or RSS
+    peaks = [last[f"memory/{phase}/{kind}"] for phase in ("rollout", "actor_update")]
+    assert all(p > 0 for p in peaks) or (device == "cpu" and kind == "allocated")  # (a CPU twin in a CUDA process)
+    assert ("timing/offload" in last) == (device == "cuda")  # trainer.offload=auto: phase on CUDA only
 
 
 @pytest.mark.gpu

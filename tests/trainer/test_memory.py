@@ -1,5 +1,6 @@
 """Memory: every process reports its RSS each step, stays under a cap, and does not grow from step to step (a
-leak would: e.g. state dicts or rollouts kept alive across steps). Tiny model, Ray workers, multi-turn episodes."""
+leak would: e.g. state dicts or rollouts kept alive across steps), and each phase its own. Tiny model, Ray workers,
+multi-turn episodes."""
 
 import mmap
 import os
@@ -36,6 +37,9 @@ def test_three_multi_turn_steps_stay_under_a_cap_without_growth(tmp_path):
     for proc in PROCESSES:
         peak = records[-1][f"memory/{proc}_peak_gb"]
         assert 0.05 < max(rss[proc]) < CAP_GB and peak < CAP_GB, (proc, rss[proc], peak)
+    # each phase's memory, recorded where it runs (Ray workers, the driver) and collected with the step's metrics
+    for phase in ("rollout", "actor_log_probs", "critic_values", "critic_update", "actor_update", "weight_sync"):
+        assert 0.05 < records[-1][f"memory/{phase}/rss"] < CAP_GB, phase
     driver_nice = os.getpriority(os.PRIO_PROCESS, 0)
     assert records[-1]["memory/actor_nice"] == records[-1]["memory/critic_nice"] == driver_nice  # not Ray's 15
 

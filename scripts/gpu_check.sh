@@ -4,7 +4,7 @@
 #   bash scripts/gpu_check.sh [--require-cuda | --cpu-rehearsal] WHEEL_DIR OUT_DIR
 #
 # WHEEL_DIR comes from `bash scripts/gpu_wheels.sh WHEEL_DIR [--ray]` on a networked machine (gpu_wheels/ is ignored
-# by git: the device tool carries it). Steps, in this order, each under a hard time limit (timeout; 450 s in all, so
+# by git: the device tool carries it). Steps, in this order, each under a hard time limit (timeout; 470 s in all, so
 # the whole check with its probe, summaries and archive ends within 8 minutes), the tests each under a per-test
 # timeout (pytest-timeout), so that a hung test costs its own time only:
 #   step            limit  per test  what
@@ -12,9 +12,10 @@
 #                                    dir (PYTHONPATH: that dir, this checkout, scripts/); the machine's own torch,
 #                                    transformers, ... are never replaced; then every module the runs import
 #                                    (scripts/gpu_check.py imports)
-#   tests_basic      70 s    40 s    FSDP2 update under a one-rank NCCL group (fp32 = the CPU update, bf16 within
+#   tests_basic      90 s    40 s    FSDP2 update under a one-rank NCCL group (fp32 = the CPU update, bf16 within
 #                                    bounds), log-probs / values against a CPU reference, hf engine KV reuse across
-#                                    turns, sleep / wake
+#                                    turns, sleep / wake, the training state offloaded while the engine generates,
+#                                    per-phase memory peaks
 #   tests_runs      140 s   110 s    3-step multi-turn run colocated on the GPU; a run killed after step 2 and
 #                                    resumed equals an unbroken one
 #   tests_optional   80 s    60 s    3-step run with Ray workers in the GPU placement group, wandb offline, flash-attn
@@ -69,6 +70,9 @@ TESTS_BASIC=(
     tests/workers/test_gpu_workers.py::test_log_probs_and_values_on_the_device_equal_a_cpu_reference
     tests/rollout/test_gpu_engine.py::test_kv_reuse_across_turns_gives_the_greedy_rollouts_of_full_prefills
     tests/rollout/test_gpu_engine.py::test_sleep_frees_the_engine_memory_and_wake_restores_it
+    tests/rollout/test_gpu_hf_sleep.py::test_hf_engine_wakes_its_weights_for_the_weights_tag_only
+    tests/workers/test_gpu_offload.py::test_offload_frees_the_training_state_while_the_engine_generates
+    tests/workers/test_gpu_offload.py::test_phase_memory_reads_the_peaks_of_the_memory_the_process_uses
 )
 TESTS_RUNS=(
     tests/trainer/test_gpu_runs.py::test_multi_turn_run_colocated_on_one_device
@@ -94,7 +98,7 @@ if [ "${#WHEELS[@]}" -gt 0 ]; then
         --target "$SITE" "${WHEELS[@]}") && $INSTALL"
 fi
 NAMES=(install tests_basic tests_runs tests_optional bench_train bench_generate)
-LIMITS=(40 70 140 80 75 45)
+LIMITS=(40 90 140 80 75 45)
 CMDS=(
     "$INSTALL"
     "$(pytest_cmd 40 "${TESTS_BASIC[@]}")"

@@ -258,8 +258,9 @@ class PPOTrainer(Driver):
         actor rank loads its own engine (``HostedEngines.sync_weights``), or rank 0 broadcasts to a separately
         placed vLLM engine over NCCL. An engine set from outside (tests' scripted engines) gets the full state
         dict (``Driver.sync_engine_weights``)."""
-        if isinstance(self.engine, HostedEngines):
-            return self.engine.sync_weights()
+        sync = getattr(self.engine, "sync_weights", None)  # engines hosted by the actor's ranks (HostedEngines)
+        if sync is not None:
+            return sync()
         if not self._nccl:
             return super().sync_engine_weights()
         from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES

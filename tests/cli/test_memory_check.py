@@ -159,15 +159,18 @@ def test_vllm_missing_where_the_run_is_planned_is_said(tmp_path, capsys, tokeniz
 def test_tensor_parallel_size_that_does_not_split_the_heads_is_refused(tmp_path, capsys, tokenizer_dir,
                                                                        qwen_tokenizer_dir):
     """Qwen2.5-7B has 28 query and 4 key/value heads: 3 GPUs split neither; on 8 GPUs 1, 2 and 4 do (7 splits the
-    queries, but 4 key/value heads cannot be spread over 7)."""
-    argv = ("ragen", "train", "--config-name", "ppo_bandit", "trainer=gpu", "model.path=Qwen/Qwen2.5-7B-Instruct")
+    queries, but 4 key/value heads cannot be spread over 7). An engine spans GPUs in the separate placement (a
+    colocated engine is one per actor rank, tensor parallel size 1)."""
+    argv = ("ragen", "train", "--config-name", "ppo_bandit", "trainer=gpu", "model.path=Qwen/Qwen2.5-7B-Instruct",
+            "rollout.vllm.placement=separate")
     status, _, err = _check(argv, tmp_path, capsys, tokenizer_dir, qwen_tokenizer_dir,
-                            "rollout.vllm.tensor_parallel_size=3")
+                            "rollout.vllm.tensor_parallel_size=3", "rollout.vllm.rollout_gpus=3",
+                            "trainer.n_gpus_per_node=7")  # 4 training GPUs divide the mini-batches
     assert status == 2
     assert ("rollout.vllm.tensor_parallel_size=3 does not split the model's 28 attention heads and 4 key/value heads "
             "evenly over 3 GPUs, so vLLM would refuse to start; use one of [1, 2, 4]") in err
     status, out, err = _check(argv, tmp_path, capsys, tokenizer_dir, qwen_tokenizer_dir,
-                              "rollout.vllm.tensor_parallel_size=4")
+                              "rollout.vllm.tensor_parallel_size=4", "rollout.vllm.rollout_gpus=4")
     assert status == 0, err
     assert "weights 3.55 (/ tensor_parallel_size 4)" in out  # 2 B x 7.62B / 4 GPUs
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 READS_PARAMS = ("compute_log_probs", "compute_ref_log_probs", "compute_values", "compute_log_probs_and_values",
-                "update", "full_state_dict")
+                "update", "full_state_dict", "sync_engine_weights")
 TRAINING_OWNERS = ("actor/params", "actor/grads", "actor/optim", "critic/params", "critic/grads", "critic/optim",
                    "ref/params")
 

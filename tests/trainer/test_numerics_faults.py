@@ -136,10 +136,10 @@ def _inf_actor_loss(monkeypatch, calls):
 
     real, seen = PolicyWorker.update, {"n": 0}
 
-    def update(self, batch):
+    def update(self, batch, **kw):
         seen["n"] += 1
         if seen["n"] not in calls:
-            return real(self, batch)
+            return real(self, batch, **kw)
         micro = self._micro_loss
 
         def inf_loss(b, num_tokens, num_seqs):
@@ -148,7 +148,7 @@ def _inf_actor_loss(monkeypatch, calls):
 
         self._micro_loss = inf_loss
         try:
-            return real(self, batch)
+            return real(self, batch, **kw)
         finally:
             del self._micro_loss
 

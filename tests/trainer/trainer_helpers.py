@@ -27,6 +27,12 @@ def tiny_overrides(out_dir: Path, steps: int = 2, warm_start: bool = False) -> l
     ]
 
 
+def critic_free(overrides: list[str]) -> list[str]:
+    """``overrides`` without the critic's settings, for a command line with a critic-free estimator: there every
+    ``critic.*`` key typed on the command line is refused as doing nothing (``ragen.trainer.inert``)."""
+    return [o for o in overrides if not o.startswith("critic.")]
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     with (Path(run_dir) / "metrics.jsonl").open() as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -54,9 +54,9 @@ def test_engine_is_built_and_put_to_sleep_before_the_model_and_optimizer(model_d
     log: list = []
     import ragen.workers.actor as actor_mod
 
-    real_lm, real_trainable = actor_mod.build_causal_lm, actor_mod.Trainable
+    real_open, real_trainable = actor_mod.M.open_model, actor_mod.Trainable
     monkeypatch.setattr("ragen.rollout.make_engine", lambda name, **kw: LoggedEngine(log, **kw))
-    monkeypatch.setattr(actor_mod, "build_causal_lm", lambda *a: log.append("model") or real_lm(*a))
+    monkeypatch.setattr(actor_mod.M, "open_model", lambda *a, **kw: log.append("model") or real_open(*a, **kw))
     monkeypatch.setattr(actor_mod, "Trainable", lambda *a, **kw: log.append("optimizer") or real_trainable(*a, **kw))
     worker = PolicyWorker(model_dir, ActorConfig(**CFG), engine=EngineSpec("hf", {"model": model_dir}))
     assert log == ["engine", "engine.sleep", "model", "optimizer"]

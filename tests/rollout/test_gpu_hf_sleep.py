@@ -53,8 +53,11 @@ def test_tied_weights_are_moved_once_and_stay_tied(default_tokenizer):
     assert model.lm_head.weight is model.model.embed_tokens.weight
 
 
-def test_hf_engine_wakes_its_weights_for_the_weights_tag_only(default_tokenizer, device):
-    engine = HFEngine(tiny_model(tokenizer=default_tokenizer, seed=0), default_tokenizer, device=device)
+def test_hf_engine_wakes_its_weights_for_the_weights_tag_only(tokenizer_dir, device):
+    from ragen.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)  # the GPU machine has the tokenizer folder, not the packaged model
+    engine = HFEngine(tiny_model(tokenizer=tokenizer, seed=0), tokenizer, device=device)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=5)
     prompts = [[1, 2000, 300, 45], [7, 8]]
     want = engine.generate(prompts, sampling)

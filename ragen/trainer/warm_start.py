@@ -34,6 +34,7 @@ from ragen.agent.expert import ExpertResponder
 from ragen.trainer import phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.utils import console
+from ragen.utils.checkpoint import reference_dir
 from ragen.utils.timing import timed
 
 DEFAULT_STEPS = 20  # warm-start steps of ``ragen sft`` when the config has trainer.sft_warmup_steps=0
@@ -54,6 +55,7 @@ class WarmStartHost(Protocol):
 
     cfg: Any
     workers: dict[str, Any]
+    run_dir: Any
     tokenizer: Any
     proxy: Any
     engine: Any
@@ -74,6 +76,22 @@ def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
     if sft.lr_schedule == "constant":
         return {"lr": sft.lr}
     return {"lr": sft.lr * (1 - k / steps), "lr_end": sft.lr * (1 - (k + 1) / steps)}
+
+
+def rebase_reference(trainer: WarmStartHost) -> None:
+    """Make the KL reference the policy RL starts from (InstructGPT eq. 2; verl loads the reference from the actor's
+    checkpoint): after the warm start, KL = 0 on the first RL batch, as when ``ragen sft`` and then
+    ``model.path=<actor folder>`` run as two jobs. A LoRA actor (its own reference: adapters off) folds its adapters
+    into the base and starts them again (``merge_adapters``); a reference worker group reads the actor's weights
+    from ``reference_dir`` (written by the actor's ranks, read by the reference's: nothing goes through this
+    process), which resume and restarts read again (``Driver.read_checkpoint``)."""
+    actor, ref = trainer.workers["actor"], trainer.workers.get("ref")
+    if trainer.cfg.actor.lora:
+        actor.call("merge_adapters")
+    if ref is not None:
+        folder = str(reference_dir(trainer.run_dir))
+        actor.call("save", dir=folder, optimizer=False)
+        ref.call("load", dir=folder)
 
 
 def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str, float]:
@@ -106,6 +124,7 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
         bar.set_postfix(nll=f"{metrics.get('sft/nll', float('nan')):.3f}")
     bar.close()
     actor.call("reset_optimizer")
+    rebase_reference(trainer)
     trainer.sync_engine_weights()
     trainer.val_suffix = "_after_warm_start"  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
     try:

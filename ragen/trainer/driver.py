@@ -55,6 +55,10 @@ class Driver:
         self.val_suffix = ""  # the warm start's validation writes val_rollouts/step_0_after_warm_start.jsonl
         self._rng_after_step: dict[str, Any] | None = None
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
+        # the agent proxy's seed counters after the last complete step: a checkpoint written while the next step's
+        # rollout has advanced them (a stop by signal) records these, as it records the RNG after the step
+        self._proxy_after_step: dict[str, int] | None = None
         self.proxy: Any = None
         self.engine: Any = None
 
@@ -109,7 +113,8 @@ class Driver:
             if extra is not None:
                 extra(tmp)
             save_trainer_state(tmp / "trainer_state.pt", step=self.step, rng=self._rng_after_step or get_rng_state(),
-                               proxy=self.proxy.state_dict(), warm_started=self.warm_started, **state)
+                               proxy=self._proxy_after_step or self.proxy.state_dict(),
+                               warm_started=self.warm_started, **state)
 
         return write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
 

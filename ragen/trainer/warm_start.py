@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
-from ragen.trainer import phases, turn_layout
+from ragen.trainer import numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.utils import console
 from ragen.utils.checkpoint import reference_dir
@@ -104,12 +104,15 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
     responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps = cfg.trainer.sft_warmup_steps
+    # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
+    failed = numerics.FailedEpisodesGuard(min(cfg.trainer.max_failed_steps, 1), what="warm-start step")
     bar = tqdm(total=steps, desc="warm start", unit="step", file=console.err_stream(),
                disable=not cfg.trainer.progress_bar, dynamic_ncols=True)
     for k in range(steps):
         t: dict[str, float] = {}
         with timed("sft_rollout", t):
             batch = proxy.rollout("train", responder=responder)
+        failed.record(k + 1, batch.episodes)
         tb = phases.to_train_batch(batch)
         if cfg.agent.layout == "turn":
             tb = turn_layout.pad_rows(tb, trainer._row_multiple(), proxy.pad_id)

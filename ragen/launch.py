@@ -111,6 +111,7 @@ def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done"
     from ragen.trainer.inert import command_line_keys, explicit_keys
     from ragen.trainer.plan import dry_run
     from ragen.trainer.prestart import check_before_start
+    from ragen.utils.interrupts import signals_stop_the_run
 
     try:
         train_cfg = to_train_config(cfg)
@@ -125,4 +126,10 @@ def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done"
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         sys.exit(2)
-    return run_cli(train_cfg, label=label, runner=runner)
+    try:
+        with signals_stop_the_run():
+            return run_cli(train_cfg, label=label, runner=runner)
+    except console.STOPS as exc:  # a stated reason: the quiet console has printed it as one line
+        if train_cfg.trainer.verbose:
+            print(f"[ragen] {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

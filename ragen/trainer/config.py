@@ -289,36 +289,37 @@ class TrainerSection:
     ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
     validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none``, a
     checkpoint path, or ``force`` (= ``auto``, also into a run folder saved with another config, which the CLI
-    refuses otherwise). ``dry_run``: check everything, print the plan, start and write nothing (``--check``).
-    World sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU.
-    ``critic_warmup``: the first N steps update only the critic. ``sft_warmup_steps``: supervised warm-start
-    steps on the envs' experts before RL (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs
-    the workers in-process (world size 1 only). ``num_threads``: torch CPU threads per process (null = torch default).
-    ``verbose``: the CLI's console shows everything live; false (default) = ``ragen.utils.console.quiet_console``.
-    ``report``: write the run report (``ragen.report``: ``report/index.html`` and a page per step, refreshed at
-    every validation; validation episodes are saved with their tokens, log-probs, values and advantages);
-    ``report_train_samples``: episodes of each training batch saved with their credit for the report
-    (``train_samples/step_N.jsonl``; 0 = none); ``report_val_samples``: validation episodes saved with their tokens
-    and credit (spread evenly over the batch; null = all, 0 = none: the rest are saved as text), since their
-    forward pass costs as much as a training batch's old log-probs.
-    ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was skipped for NaN/inf
-    inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to
-    a Ray worker group, the rollout engine actor or the NCCL weight sync may take before the run stops naming the
-    worker and phase (null = no limit); ``worker_start_timeout_s``: seconds a worker group's ranks may take to start
-    (load the model, answer a ping).
+    refuses otherwise). ``dry_run``: check everything, print the plan, start and write nothing (``--check``). World
+    sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU. ``critic_warmup``: the first N steps
+    update only the critic. ``sft_warmup_steps``: supervised warm-start steps on the envs' experts before RL
+    (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs the workers in-process (world size 1
+    only). ``num_threads``: torch CPU threads per process (null = torch default). ``verbose``: the CLI's console
+    shows everything live; false (default) = ``ragen.utils.console.quiet_console``. ``report``: write the run report
+    (``ragen.report``: ``report/index.html`` and a page per step, refreshed at every validation; validation episodes
+    are saved with their tokens, log-probs, values and advantages); ``report_train_samples``: episodes of each
+    training batch saved with their credit for the report (``train_samples/step_N.jsonl``; 0 = none);
+    ``report_val_samples``: validation episodes saved with their tokens and credit (spread evenly over the batch;
+    null = all, 0 = none: the rest are saved as text), since their forward pass costs as much as a training batch's
+    old log-probs. ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was
+    skipped for NaN/inf inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``max_failed_steps``: stop
+    the run, naming the env and its first error, after this many consecutive training steps in which every episode
+    failed (the env raised, hung or broke the protocol; ``ragen.trainer.numerics.FailedEpisodesGuard``; 0 = never
+    stop). ``worker_call_timeout_s``: seconds one call to a Ray worker group, the rollout engine actor or the NCCL
+    weight sync may take before the run stops naming the worker and phase (null = no limit);
+    ``worker_start_timeout_s``: seconds a worker group's ranks may take to start (load the model, answer a ping).
     ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are rebuilt from the
     last complete checkpoint, ``ragen.trainer.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
     join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
-    placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for one
-    before failing with the resources the cluster lacks (``ragen.workers.placement_check``).
-    ``gpu_memory_gb``: GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.memory_check``;
-    null = the size of the GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``:
-    ``refuse`` a plan whose peak exceeds it, before anything starts, or ``warn`` (print the plan, start anyway).
-    ``offload``: where the actor's, critic's and reference's training state waits while a colocated rollout engine
-    is awake (``OFFLOAD_MODES``): ``phase`` moves parameters, gradients and optimizer state to pinned host memory
-    before the engine wakes and back before the first training phase (``ragen.workers.offload``; results bitwise the
-    same), ``none`` keeps them on the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or
-    vLLM colocated with sleep mode) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
+    placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for
+    one before failing with the resources the cluster lacks (``ragen.workers.placement_check``). ``gpu_memory_gb``:
+    GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.memory_check``; null = the size of the
+    GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``: ``refuse`` a plan whose peak
+    exceeds it, before anything starts, or ``warn`` (print the plan, start anyway). ``offload``: where the actor's,
+    critic's and reference's training state waits while a colocated rollout engine is awake (``OFFLOAD_MODES``):
+    ``phase`` moves parameters, gradients and optimizer state to pinned host memory before the engine wakes and back
+    before the first training phase (``ragen.workers.offload``; results bitwise the same), ``none`` keeps them on
+    the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or vLLM colocated with sleep
+    mode) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
     """
 
     total_steps: int = 20
@@ -352,6 +353,7 @@ class TrainerSection:
     report_train_samples: int = 4
     report_val_samples: int | None = 8
     max_consecutive_skips: int = 3
+    max_failed_steps: int = 2
     worker_call_timeout_s: float | None = 3600.0
     worker_start_timeout_s: float | None = 600.0
     max_restarts: int = 0
@@ -363,6 +365,9 @@ class TrainerSection:
     offload: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.max_failed_steps < 0:
+            raise ValueError(f"trainer.max_failed_steps must be >= 0 (0 = never stop when every episode fails), got "
+                             f"{self.max_failed_steps}")
         if self.max_consecutive_skips < 0:
             raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
                              f"{self.max_consecutive_skips}")

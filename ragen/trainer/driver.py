@@ -33,7 +33,7 @@ from ragen.trainer import builders, numerics
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.state import save_trainer_state, trim_metrics
 from ragen.utils import console
-from ragen.utils.checkpoint import resolve_resume, write_checkpoint
+from ragen.utils.checkpoint import reference_dir, resolve_resume, write_checkpoint
 from ragen.utils.memory import memory_stats
 from ragen.utils.seeding import get_rng_state, set_rng_state
 
@@ -55,6 +55,10 @@ class Driver:
         self.val_suffix = ""  # the warm start's validation writes val_rollouts/step_0_after_warm_start.jsonl
         self._rng_after_step: dict[str, Any] | None = None
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
+        # the agent proxy's seed counters after the last complete step: a checkpoint written while the next step's
+        # rollout has advanced them (a stop by signal) records these, as it records the RNG after the step
+        self._proxy_after_step: dict[str, int] | None = None
         self.proxy: Any = None
         self.engine: Any = None
 
@@ -109,13 +113,15 @@ class Driver:
             if extra is not None:
                 extra(tmp)
             save_trainer_state(tmp / "trainer_state.pt", step=self.step, rng=self._rng_after_step or get_rng_state(),
-                               proxy=self.proxy.state_dict(), warm_started=self.warm_started, **state)
+                               proxy=self._proxy_after_step or self.proxy.state_dict(),
+                               warm_started=self.warm_started, **state)
 
         return write_checkpoint(self.ckpt_root, self.step, write, keep_last=self.cfg.trainer.keep_last_ckpt)
 
     def read_checkpoint(self, path: Path, *, with_workers: bool = True) -> dict[str, Any]:
         """Restore a complete checkpoint: the actor and critic groups (``with_workers``; else only the engine gets
-        the actor's saved weights), the engine's weights, step, warm start, RNG and the proxy's seed counters.
+        the actor's saved weights), the reference after a warm start (``reference_dir``: the policy RL started from),
+        the engine's weights, step, warm start, RNG and the proxy's seed counters.
         Returns the trainer state for what the subclass saved besides."""
         path = Path(path)
         state = torch.load(path / "trainer_state.pt", weights_only=False)
@@ -123,6 +129,9 @@ class Driver:
             for role in CHECKPOINTED_ROLES:
                 if self.workers.get(role) is not None:
                     self.workers[role].call("load", dir=str(path / role))
+            reference = reference_dir(self.run_dir)
+            if state.get("warm_started") and self.workers.get("ref") is not None and reference.is_dir():
+                self.workers["ref"].call("load", dir=str(reference))  # the policy RL started from
             self.sync_engine_weights()
         else:
             from safetensors.torch import load_file

@@ -13,11 +13,14 @@ the last complete checkpoint (written before the bad steps) stays the one ``trai
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from ragen.utils.console import RunStopped
 
-class NonFiniteError(RuntimeError):
+
+class NonFiniteError(RunStopped):
     """Too many consecutive training steps were skipped because of NaN / inf numbers."""
 
 
@@ -56,6 +59,39 @@ def gradient_skips(metrics: dict[str, float]) -> dict[str, int]:
     norm), read from a step's ``<role>/skipped_steps`` metrics."""
     return {f"{k.split('/')[0]} gradients": int(v) for k, v in metrics.items()
             if k.endswith("/skipped_steps") and v > 0}
+
+
+class AllEpisodesFailed(RunStopped):
+    """Too many consecutive training steps in which every episode failed (``trainer.max_failed_steps``)."""
+
+
+@dataclass
+class FailedEpisodesGuard:
+    """Stops the run after ``limit`` consecutive training steps whose every episode failed: the env raised, hung or
+    broke the protocol (``limit`` <= 0: never). Such steps train nothing, so a run would otherwise go on to its last
+    step and end with success 0, the reasons only in ``env_errors.jsonl``."""
+
+    limit: int
+    what: str = "training step"  # what a step is called in the message ("warm-start step")
+    consecutive: int = 0
+
+    def record(self, step: int, episodes: list[Any]) -> None:
+        """Register the episodes of step ``step`` (``EpisodeRecord``: ``failed``, ``env_name``, ``error``);
+        raises :class:`AllEpisodesFailed` naming each env's first error when the limit is reached."""
+        if not episodes or not all(ep.failed for ep in episodes):
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        if 0 < self.limit <= self.consecutive:
+            first: dict[str, str] = {}
+            for ep in episodes:
+                first.setdefault(ep.env_name, str(ep.error))
+            reasons = "; ".join(f"env {name}: {error}" for name, error in first.items())
+            raise AllEpisodesFailed(
+                f"every episode of the last {self.consecutive} {self.what}(s) failed (up to {self.what} {step}); "
+                f"{reasons}. "
+                "Each failure is in env_errors.jsonl; `ragen train ... --check` tests every env of the run in seconds. "
+                "Fix the env, or raise trainer.max_failed_steps (0 = never stop)")
 
 
 @dataclass

@@ -42,7 +42,7 @@ from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
-from ragen.utils.checkpoint import latest_checkpoint
+from ragen.utils.checkpoint import checkpoint_step, latest_checkpoint
 from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import PHASE_MEMORY
 from ragen.utils.seeding import get_rng_state
@@ -61,6 +61,7 @@ class PPOTrainer(Driver):
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
         self.engine_spec: Any = None  # the engine each actor rank hosts (None: the engine lives elsewhere)
         self.phase = "setup"  # the running phase, named when a worker fails
+        self._updating = False  # a step (or the warm start) has begun changing the weights: no checkpoint until done
         self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
         self.placement_group: Any = None
 
@@ -109,7 +110,33 @@ class PPOTrainer(Driver):
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
-        """Train until ``trainer.total_steps``; returns the last step's metrics (with the final validation)."""
+        """Train until ``trainer.total_steps``; returns the last step's metrics (with the final validation). A stop by
+        signal (``Interrupted``: Ctrl-C, a scheduler's SIGTERM) leaves with a checkpoint where one can be written
+        (:meth:`_interrupted`)."""
+        try:
+            return self._fit()
+        except console.Interrupted as exc:
+            raise self._interrupted(exc) from None
+
+    def _interrupted(self, exc: console.Interrupted) -> console.Interrupted:
+        """``exc`` with where the run stands: a checkpoint of the complete steps is written when none is current
+        and the interrupted step had not begun changing the weights (else the last complete one stands)."""
+        last = latest_checkpoint(self.ckpt_root)
+        last_step = -1 if last is None else checkpoint_step(last)
+        if self._updating:
+            saved = (f"no checkpoint written: step {self.step + 1} had begun changing the weights; the last complete "
+                     f"one is {last or '(none)'}")
+        elif self.step > max(last_step, 0):
+            try:
+                saved = f"saved checkpoint {self.write_checkpoint()}"
+            except Exception as err:  # noqa: BLE001 - a failed save must not hide the interruption
+                saved = f"could not save a checkpoint ({type(err).__name__}: {err}); the last complete one is {last}"
+        else:
+            saved = f"the last checkpoint, {last or '(none)'}, is current"
+        return exc.with_message(f"{exc} in phase {self.phase!r} of step {self.step + 1} after {self.step} complete "
+                                f"step(s); {saved}; run the same command again to resume (trainer.resume=auto)")
+
+    def _fit(self) -> dict[str, float]:
         tr = self.cfg.trainer
         last: dict[str, float] = {}
         if tr.val_before_train and self.step == 0 and not self.warm_started:
@@ -117,8 +144,9 @@ class PPOTrainer(Driver):
             self._log(last, 0)
             self.write_report()
         if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
+            self._updating = True
             last = self._guarded(lambda: run_warm_start(self), phase="warm_start", step=0)
-            self.warm_started = True
+            self.warm_started, self._updating = True, False
             self.write_report()
             self.save_checkpoint()  # a crash in RL resumes after the warm start
         if self.step >= tr.total_steps and not (tr.total_steps == 0 and self.warm_started):
@@ -150,7 +178,8 @@ class PPOTrainer(Driver):
         metrics.update(self._guarded(self.memory_metrics, phase="memory_stats"))
         metrics["trainer/restarts"] = float(self.restarts)
         self.step += 1
-        self._rng_after_step = get_rng_state()
+        self._updating = False
+        self._rng_after_step, self._proxy_after_step = get_rng_state(), self.proxy.state_dict()
         validating = self.due(tr.val_freq)
         if validating:
             metrics.update(self._guarded(self.validate, step=self.step))
@@ -180,6 +209,7 @@ class PPOTrainer(Driver):
         errors = failed_episode_records(batch, self.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
             phases.write_jsonl(self.run_dir / "env_errors.jsonl", errors, append=True)
+        self.failed_steps.record(self.step + 1, batch.episodes)  # every episode failing, step after step: stop
         with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
@@ -226,6 +256,7 @@ class PPOTrainer(Driver):
         bad = numerics.nonfinite_counts(numerics.update_inputs(batch, tb))  # NaN/inf never reaches the weights
         if bad:
             metrics.update(numerics.skip_metrics(bad))
+        self._updating = True  # from here until the step is counted, a checkpoint would mix two steps
         if critic is not None and not bad:
             with self._timed("critic_update", t):
                 metrics.update(critic.call("update", tb, progress=self._progress("critic")))

@@ -63,5 +63,7 @@ def restart(trainer: Any, failure: Exception) -> None:
         console.say("[ragen] no complete checkpoint yet: restarted from the initial model at step 0")
     trainer._rng_after_step = None
     trainer.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+    trainer.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
+    trainer._proxy_after_step, trainer._updating = None, False
     trainer.history = [r for r in trainer.history if r.get("step", 0) <= trainer.step]
     trim_metrics(trainer.run_dir / "metrics.jsonl", trainer.step)  # the logger appends after the kept records

@@ -31,9 +31,10 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
-from ragen.trainer import phases, turn_layout
+from ragen.trainer import numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.utils import console
+from ragen.utils.checkpoint import reference_dir
 from ragen.utils.timing import timed
 
 DEFAULT_STEPS = 20  # warm-start steps of ``ragen sft`` when the config has trainer.sft_warmup_steps=0
@@ -54,6 +55,7 @@ class WarmStartHost(Protocol):
 
     cfg: Any
     workers: dict[str, Any]
+    run_dir: Any
     tokenizer: Any
     proxy: Any
     engine: Any
@@ -76,6 +78,22 @@ def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
     return {"lr": sft.lr * (1 - k / steps), "lr_end": sft.lr * (1 - (k + 1) / steps)}
 
 
+def rebase_reference(trainer: WarmStartHost) -> None:
+    """Make the KL reference the policy RL starts from (InstructGPT eq. 2; verl loads the reference from the actor's
+    checkpoint): after the warm start, KL = 0 on the first RL batch, as when ``ragen sft`` and then
+    ``model.path=<actor folder>`` run as two jobs. A LoRA actor (its own reference: adapters off) folds its adapters
+    into the base and starts them again (``merge_adapters``); a reference worker group reads the actor's weights
+    from ``reference_dir`` (written by the actor's ranks, read by the reference's: nothing goes through this
+    process), which resume and restarts read again (``Driver.read_checkpoint``)."""
+    actor, ref = trainer.workers["actor"], trainer.workers.get("ref")
+    if trainer.cfg.actor.lora:
+        actor.call("merge_adapters")
+    if ref is not None:
+        folder = str(reference_dir(trainer.run_dir))
+        actor.call("save", dir=folder, optimizer=False)
+        ref.call("load", dir=folder)
+
+
 def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str, float]:
     """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up :class:`WarmStartHost`);
     returns the metrics of the validation after it. ``proxy``: the agent proxy whose train envs' experts are
@@ -86,12 +104,15 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
     responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps = cfg.trainer.sft_warmup_steps
+    # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
+    failed = numerics.FailedEpisodesGuard(min(cfg.trainer.max_failed_steps, 1), what="warm-start step")
     bar = tqdm(total=steps, desc="warm start", unit="step", file=console.err_stream(),
                disable=not cfg.trainer.progress_bar, dynamic_ncols=True)
     for k in range(steps):
         t: dict[str, float] = {}
         with timed("sft_rollout", t):
             batch = proxy.rollout("train", responder=responder)
+        failed.record(k + 1, batch.episodes)
         tb = phases.to_train_batch(batch)
         if cfg.agent.layout == "turn":
             tb = turn_layout.pad_rows(tb, trainer._row_multiple(), proxy.pad_id)
@@ -106,6 +127,7 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
         bar.set_postfix(nll=f"{metrics.get('sft/nll', float('nan')):.3f}")
     bar.close()
     actor.call("reset_optimizer")
+    rebase_reference(trainer)
     trainer.sync_engine_weights()
     trainer.val_suffix = "_after_warm_start"  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
     try:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 COMPLETE_MARKER = "COMPLETE"
+REFERENCE_DIR = "reference"  # <run dir>/reference: the KL reference's weights after a warm start (no optimizer)
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _TMP, _OLD, _DEL = ".tmp_global_step_", ".old_global_step_", ".del_global_step_"
 
@@ -41,6 +42,13 @@ _TMP, _OLD, _DEL = ".tmp_global_step_", ".old_global_step_", ".del_global_step_"
 class CheckpointWriteError(OSError):
     """A checkpoint could not be written (disk full, read-only or missing folder...); the message names the
     folder, the OS error and the previous complete checkpoint, which is left intact."""
+
+
+def reference_dir(run_dir: str | Path) -> Path:
+    """Where a run keeps its KL reference's weights once a warm start has changed the policy RL starts from: the
+    actor's weights right after the warm start, written once and read by the reference worker at every resume and
+    restart (no checkpoint rotation removes them)."""
+    return Path(run_dir) / REFERENCE_DIR
 
 
 def checkpoint_dir(root: str | Path, step: int) -> Path:

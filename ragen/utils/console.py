@@ -27,6 +27,33 @@ from typing import TextIO
 from ragen.utils import log_redactor
 
 LOG_VAR = "RAGEN_LOG_FILE"
+
+
+class RunStopped(RuntimeError):
+    """A run that stops for a stated reason (NaN steps, every episode failing): the console prints its message as
+    one line, not a traceback (``train.log`` keeps the traceback), and the CLI exits with ``exit_code``."""
+
+    exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal asked the run to stop (``ragen.utils.interrupts``); ``exit_code`` = 128 + the signal (130 for
+    SIGINT, 143 for SIGTERM). A ``KeyboardInterrupt``, so that no ``except Exception`` on its way (an env's guard, a
+    retry loop) swallows it; printed as one line like :class:`RunStopped`."""
+
+    def __init__(self, signum: int, message: str | None = None) -> None:
+        import signal
+
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(message or f"interrupted by {signal.Signals(signum).name}")
+
+    def with_message(self, message: str) -> Interrupted:
+        """The same interruption with the trainer's account of it."""
+        return Interrupted(self.signum, message)
+
+
+STOPS = (RunStopped, Interrupted)  # a stated reason: one line on the console, the CLI exits with its exit_code
 _out: TextIO | None = None
 _err: TextIO | None = None
 _worker_reader: subprocess.Popen | None = None
@@ -119,8 +146,13 @@ def quiet_console(log_path: str | Path, verbose: bool = False) -> Iterator[Path]
 
             from ragen.utils.redaction import redact_text
 
-            _err.write(redact_text("".join(traceback.format_exception(exc))))
-            _err.write(f"[ragen] the run failed; the full log is {log_path}\n")
+            text = redact_text("".join(traceback.format_exception(exc)))
+            if isinstance(exc, STOPS):  # a stated reason: one line here, the traceback in the log
+                print(text, file=sys.stderr, flush=True)
+                _err.write(f"[ragen] {redact_text(str(exc))}\n[ragen] the full log is {log_path}\n")
+            else:
+                _err.write(text)
+                _err.write(f"[ragen] the run failed; the full log is {log_path}\n")
         raise
     finally:
         sys.stdout.close()

@@ -53,7 +53,7 @@ def _fmt(v: float) -> str:
 # What the quiet console's per-step table shows (every metric is in metrics.jsonl, train.log and wandb).
 CONSOLE_SUFFIXES = ("/success", "/format_ok", "reward/mean", "sft/loss", "actor/pg_loss", "actor/entropy",
                     "actor/kl_loss", "critic/vf_loss", "critic/vf_explained_var", "timing/step", "timing/validation",
-                    "timing/sft_update")
+                    "timing/sft_update", "/failed", "rollout/env_errors")
 
 
 def console_metrics(metrics: dict[str, float]) -> dict[str, float]:
@@ -68,8 +68,10 @@ def console_metrics(metrics: dict[str, float]) -> dict[str, float]:
 
 def bar_postfix(metrics: dict[str, float]) -> dict[str, str]:
     """The progress bar's short summary of a step: mean reward, training success and the last validation success
-    (per env, named by env when a run has several)."""
+    (per env, named by env when a run has several), and the episodes whose env failed, when any did."""
     out = {"reward": f"{metrics.get('reward/mean', float('nan')):.3f}"}
+    if metrics.get("rollout/env_errors", 0) > 0:
+        out["env_errors"] = f"{int(metrics['rollout/env_errors'])}"
     for prefix, short in (("env/", "success"), ("val/env/", "val")):
         rates = {k[len(prefix):-len("/success")]: v for k, v in metrics.items()
                  if k.startswith(prefix) and k.endswith("/success")}

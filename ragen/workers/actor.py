@@ -58,6 +58,17 @@ def lm_names(module: LogProbModel, reader: TensorReader) -> dict[str, str]:
                               rename=plain_name)
 
 
+def adapter_names_of_a(a_name: str) -> tuple[str, str]:
+    """(the base weight's name, B's name) of a LoRA A weight's name (``<m>.lora_A.<adapter>.weight``)."""
+    prefix, rest = a_name.split(".lora_A.", 1)
+    return f"{prefix}.base_layer.weight", f"{prefix}.lora_B.{rest}"
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (a view: writes reach the parameter), or ``t``."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def weight_dtype(role: str, mixed_precision: str, device: torch.device) -> torch.dtype:
     """The dtype a policy worker holds its weights in: fp32 master weights for the actor (its optimizer updates
     them); the reference policy, which has no optimizer, in its compute precision: bf16 where
@@ -167,6 +178,7 @@ class PolicyWorker:
         adapters: dict[str, torch.Tensor] = {}
         if self.lora:
             adapters = initial_adapters(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
+            self._initial_adapters = adapters  # CPU, small: merge_adapters() starts the adapters again from them
             add_lora(lm, cfg.lora_rank, cfg.lora_alpha, cfg.lora_target_modules, seed=cfg.seed)
         if cfg.gradient_checkpointing and self.role == "actor":
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -387,12 +399,40 @@ class PolicyWorker:
         return self._broadcaster.send(index)
 
     @worker_phase()
-    def save(self, dir: str) -> None:
+    def merge_adapters(self) -> None:
+        """LoRA: fold the adapters into the frozen base (base += scale * B @ A, on this rank's rows) and start them
+        again from their initial values (A as built from the seed, B = 0), so the policy is unchanged, the reference
+        (the base, adapters off) becomes this policy, and training goes on exactly as from a checkpoint of the
+        merged weights (``ragen sft``, then ``model.path=<actor folder>``). After a warm start, before RL; the
+        optimizer state is reset separately (``reset_optimizer``)."""
+        if not self.lora:
+            raise RuntimeError("merge_adapters() needs a LoRA actor (actor.lora_rank > 0)")
+        from torch.distributed.tensor import DTensor, distribute_tensor
+
+        D.reshard(self.module)
+        params = dict(self.module.named_parameters())
+        scale = self.cfg.lora_alpha / self.cfg.lora_rank
+        with torch.no_grad():
+            for name in self._initial_adapters:  # every merge first: it reads the trained B
+                if ".lora_A." in name:
+                    a = params[f"lm.{name}"]
+                    base_name, b_name = adapter_names_of_a(name)
+                    a_full = a.full_tensor() if isinstance(a, DTensor) else a
+                    w, b_rows = _local(params[f"lm.{base_name}"]), _local(params[f"lm.{b_name}"])  # the same rows
+                    w.copy_(merge_weight(w, a_full, b_rows, scale))
+            for name, initial in self._initial_adapters.items():
+                param = params[f"lm.{name}"]
+                value = initial.to(param.device, param.dtype)
+                if isinstance(param, DTensor):
+                    value = distribute_tensor(value, param.device_mesh, param.placements)
+                param.copy_(value)
+
+    def save(self, dir: str, optimizer: bool = True) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
         generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it; a LoRA actor
         writes its merged weights there and its adapters to ``lora/adapter.safetensors``; a shared value head goes
         to ``value_head.safetensors``) and, for the actor, ``optimizer.pt`` (full optimizer + lr scheduler state,
-        world-size independent)."""
+        world-size independent) unless ``optimizer`` is false (the weights alone: a reference's copy)."""
         directory = Path(dir)
         raw = D.full_state_dict(self.module)
         if self.rank == 0:
@@ -408,7 +448,7 @@ class PolicyWorker:
                 save_file(head, directory / HEAD_FILE)
             self._save_tokenizer(directory)
         D.barrier()
-        if self.trainable is not None:
+        if self.trainable is not None and optimizer:
             self.trainable.save_state(directory, self.rank)
         D.barrier()
 

@@ -191,6 +191,19 @@ def load_optimizer_full_state(model: nn.Module, optimizer: torch.optim.Optimizer
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
+def reshard(module: nn.Module) -> None:
+    """Free FSDP2's unsharded parameters (the root keeps them after a forward without backward), so that
+    ``module.parameters()`` are the sharded DTensors and nothing else of the module holds the full weights; a no-op
+    on an unsharded module."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return
+    for m in module.modules():
+        if isinstance(m, FSDPModule):
+            m.reshard()
+
+
 def barrier() -> None:
     if is_sharded():
         dist.barrier()

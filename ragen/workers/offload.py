@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ragen.utils.memory import PHASE_MEMORY, release_cached_memory
+from ragen.workers import dist as D
 
 PARTS = ("params", "optimizer")  # "params" carries the gradients with it
 
@@ -65,18 +66,6 @@ def _own_storage(p: nn.Parameter) -> None:
     if not p.untyped_storage().resizable() and not hasattr(p, "to_local"):
         with torch.no_grad():
             p.data = p.data.clone()
-
-
-def _reshard(module: nn.Module) -> None:
-    """Free FSDP2's unsharded parameters (the root keeps them after a forward without backward), so that
-    ``module.parameters()`` are the sharded DTensors and nothing else of the module holds device memory."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:
-        return
-    for m in module.modules():
-        if isinstance(m, FSDPModule):
-            m.reshard()
 
 
 class StateOffload:
@@ -109,7 +98,7 @@ class StateOffload:
         if not parts:
             return
         if self.host_copies:
-            _reshard(self.module)
+            D.reshard(self.module)
         for part in parts:
             self.events.append(f"offload:{part}")
             self._off[part] = self._move_out(self._tensors(part)) if self.host_copies else []

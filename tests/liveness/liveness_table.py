@@ -302,6 +302,8 @@ for key in ("loggers", "project_name", "experiment_name", "progress_bar", "verbo
 t.add("trainer.seed", changes(ROLLOUT, 7, when=MULTI_TURN))
 t.add("trainer.deterministic", invariant(STEP, True))
 t.allow("trainer.max_consecutive_skips", "fault handling: NaN / inf steps (tests/trainer/test_numerics_faults.py)")
+t.allow("trainer.max_failed_steps",
+        "fault handling: steps whose every episode failed (tests/trainer/test_env_faults_run.py)")
 t.allow("trainer.worker_call_timeout_s", "timeout (tests/utils/test_trainer_kills.py)")
 t.allow("trainer.worker_start_timeout_s", "timeout (tests/trainer/test_cluster_config.py)")
 t.allow("trainer.max_restarts", "fault handling: dead workers (tests/trainer/test_worker_restarts.py)")

@@ -60,3 +60,58 @@ def test_a_run_with_faulty_envs_completes_counting_and_logging_them(tmp_path):
         expected = {"raise": "simulated env crash", "hang": "env_step_timeout", "none_obs": "reset returned None"}
         assert expected[mode] in row["error"], row
     assert {MODES[r["seed"] % len(MODES)] for r in rows} == {"raise", "hang", "none_obs"}
+
+
+@register("broken_run_bandit")
+class BrokenRunBandit(BanditEnv):
+    """The bandit env whose every reset raises: every episode of every step fails."""
+
+    def reset(self, seed: int) -> str:
+        raise KeyError("the secret table is missing")
+
+
+@register("no_legal_actions_bandit")
+class NoLegalActionsBandit(BanditEnv):
+    """The bandit env with an expert but without ``legal_actions`` (a method a first env forgets)."""
+
+    def __getattribute__(self, name):
+        if name == "legal_actions":
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute 'legal_actions'")
+        return super().__getattribute__(name)
+
+
+def _broken_run(tmp_path, env: str, *extra: str):
+    from ragen.launch import run
+    from ragen.trainer.compose import load_train_config
+
+    return run(load_train_config("ppo_bandit", [
+        *tiny_overrides(tmp_path, 5), "trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0",
+        "trainer.report=false", f"env.name={env}", *extra]))
+
+
+def test_a_run_whose_every_episode_fails_stops_naming_the_env_and_the_reason(tmp_path):
+    import pytest
+
+    from ragen.trainer.numerics import AllEpisodesFailed
+
+    with pytest.raises(AllEpisodesFailed) as info:
+        _broken_run(tmp_path, "broken_run_bandit")  # trainer.max_failed_steps=2 (the default)
+    message = str(info.value)
+    assert "every episode of the last 2 training step(s) failed" in message
+    assert "env broken_run_bandit" in message and "the secret table is missing" in message
+    assert "trainer.max_failed_steps" in message
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1]  # step 2 stopped the run before it was logged
+    rows = (tmp_path / "env_errors.jsonl").read_text().splitlines()
+    assert {json.loads(r)["step"] for r in rows} == {1, 2}
+
+
+def test_a_warm_start_on_an_env_without_legal_actions_names_the_method_not_the_expert(tmp_path):
+    import pytest
+
+    from ragen.trainer.numerics import AllEpisodesFailed
+
+    with pytest.raises(AllEpisodesFailed) as info:
+        _broken_run(tmp_path, "no_legal_actions_bandit", "trainer.sft_warmup_steps=2", "sft.noise=0",
+                    "agent.response_prefix='<answer>'", "agent.think=false")
+    message = str(info.value)
+    assert "warm-start step" in message and "legal_actions" in message and "expert" not in message

@@ -76,3 +76,40 @@ def test_sft_module_writes_a_checkpoint_ppo_starts_from(tmp_path, subprocess_env
     assert any("actor/pg_loss" in r for r in read_metrics(rl))
     first = load_actor_weights(rl / "checkpoints" / "global_step_1")
     assert start.keys() == first.keys() and any(not torch.equal(start[k], first[k]) for k in start)
+
+
+KL = [*WARM, "algorithm.kl_in_reward=true", "algorithm.kl_kind=k3"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("use_ray", [False, True], ids=["in-process", "ray"])
+def test_the_kl_reference_is_the_warm_started_policy(tmp_path, lora, use_ray):
+    """After a warm start the reference is the policy RL starts from, as when ``ragen sft`` and then
+    ``model.path=<actor folder>`` run as two jobs: the first RL batch's KL is 0 (the reference worker reads the
+    actor's weights, or a LoRA actor folds its adapters into the base, its adapters-off reference)."""
+    overrides = [*tiny_overrides(tmp_path, 1), *KL, f"trainer.use_ray={str(use_ray).lower()}"]
+    if lora:
+        overrides += ["actor.lora_rank=4", "actor.lr=1e-2"]
+    run(load_train_config("ppo_bandit", overrides))
+    first = [r for r in read_metrics(tmp_path) if "actor/reward_kl_penalty" in r]
+    assert first[0]["step"] == 1 and first[0]["actor/reward_kl_penalty"] == 0.0, first[0]
+    if not lora:
+        assert (tmp_path / "reference" / "model.safetensors").is_file()
+        assert not (tmp_path / "reference" / "optimizer.pt").exists()  # the weights alone
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_the_warm_started_reference(tmp_path):
+    """A run resumed after its warm start reads its reference again (``reference_dir``), so its second step's KL is
+    the uninterrupted run's (a reference loaded from ``model.path`` would give another)."""
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    run(load_train_config("ppo_bandit", [*tiny_overrides(straight, 2), *KL]))
+    run(load_train_config("ppo_bandit", [*tiny_overrides(resumed, 1), *KL]))
+    run(load_train_config("ppo_bandit", [*tiny_overrides(resumed, 2), *KL]))
+
+    def kl_of_step_2(run_dir):
+        return [r["actor/reward_kl_penalty"] for r in read_metrics(run_dir) if r.get("step") == 2
+                and "actor/reward_kl_penalty" in r]
+
+    assert kl_of_step_2(resumed) == kl_of_step_2(straight) != [0.0]

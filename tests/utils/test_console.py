@@ -66,5 +66,8 @@ def test_key_metrics_and_bar_postfix():
                                   "val/env/bandit/success": 0.75, "actor/pg_loss": -0.1,
                                   "memory/total_peak_gb": 3.5}
     assert bar_postfix(m) == {"reward": "0.200", "success": "0.50", "val": "0.75"}
+    assert bar_postfix({**m, "rollout/env_errors": 3.0})["env_errors"] == "3"  # failed episodes show on the step line
+    assert console_metrics({"rollout/env_errors": 3.0, "env/bandit/failed": 3.0}) == {"rollout/env_errors": 3.0,
+                                                                                        "env/bandit/failed": 3.0}
     two = {"env/a/success": 0.1, "env/b/success": 0.9}
     assert bar_postfix(two) == {"reward": "nan", "success/a": "0.10", "success/b": "0.90"}

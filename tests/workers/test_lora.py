@@ -136,3 +136,32 @@ def test_lora_config_errors(kwargs, match):
 def test_unknown_target_module_is_named(model_dir):
     with pytest.raises(ValueError, match="qkv_proj"):
         add_lora(make_lm(), RANK, ALPHA, ["qkv_proj"])
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["plain", "fsdp2"])
+def test_merge_adapters_folds_them_into_the_reference(model_dir, sharded):
+    """After updates, ``merge_adapters`` leaves the policy as it was, makes the adapters-off reference equal to it
+    and starts the adapters again from their initial values (A from the seed, B = 0), under FSDP2 too."""
+    import contextlib
+
+    from worker_helpers import sharded_world_of_one
+
+    plain = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir,
+                             cfg=ActorConfig(mini_batch_size=8, micro_batch_size=8, mixed_precision="fp32"))
+    batch = _batch(plain)
+    with sharded_world_of_one("cpu") if sharded else contextlib.nullcontext():
+        g = _actor(model_dir)
+        initial = {k: v.clone() for k, v in g.worker._initial_adapters.items()}
+        for _ in range(3):
+            g.call("update", batch)
+        before = g.call("compute_log_probs", batch)
+        assert (before - g.call("compute_ref_log_probs", batch)).abs().max() > 1e-3  # the adapters moved it
+        g.call("merge_adapters")
+        after, ref = g.call("compute_log_probs", batch), g.call("compute_ref_log_probs", batch)
+        torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+        assert torch.equal(ref, after)  # B = 0: the adapters add exactly nothing
+        state = g.worker.module.state_dict()
+        for name, value in initial.items():
+            param = state[f"lm.{name}"]
+            param = param.full_tensor() if hasattr(param, "full_tensor") else param
+            assert torch.equal(param, value), name

@@ -10,5 +10,6 @@ VENV="$(bash scripts/setup_vllm_env.sh)"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}" TOKENIZERS_PARALLELISM=false WANDB_MODE=offline HF_HUB_OFFLINE=1
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"   # GiB of KV cache for the CPU engine
 # The default model's converted folder is cached under ~/.cache/ragen; the first load converts the packaged GGUF.
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m vllm tests/rollout/test_vllm_real.py tests/rollout/test_vllm_hosted.py "$@"
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m vllm tests/rollout/test_vllm_real.py tests/rollout/test_vllm_hosted.py \
+    tests/trainer/test_vllm_run.py "$@"
 echo "[test_vllm] total $(( $(date +%s) - start )) s"

@@ -365,6 +365,7 @@ class PolicyWorker:
     def engine_wake(self, tags: tuple[str, ...] | None = None) -> None:
         self._engine().wake(tags)
 
+    @worker_phase(optimizer=False)
     def sync_engine_weights(self) -> dict[str, float]:
         """This actor's weights into its rank's engine (all ranks call: each parameter's gather is a collective),
         one tensor at a time at the engine's dtype, LoRA merged, value head left out; returns the summary
@@ -398,7 +399,7 @@ class PolicyWorker:
         """Rank 0: broadcast planned bucket ``index`` to the engine's workers."""
         return self._broadcaster.send(index)
 
-    @worker_phase()
+    @worker_phase(optimizer=False)
     def merge_adapters(self) -> None:
         """LoRA: fold the adapters into the frozen base (base += scale * B @ A, on this rank's rows) and start them
         again from their initial values (A as built from the seed, B = 0), so the policy is unchanged, the reference
@@ -427,6 +428,7 @@ class PolicyWorker:
                     value = distribute_tensor(value, param.device_mesh, param.placements)
                 param.copy_(value)
 
+    @worker_phase()
     def save(self, dir: str, optimizer: bool = True) -> None:
         """Write a checkpoint folder (all ranks call): the policy as a transformers model (config, safetensors,
         generation config, tokenizer files when available; ``from_pretrained(dir)`` loads it; a LoRA actor

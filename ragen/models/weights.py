@@ -13,6 +13,7 @@ leading dimension (missing trailing ones take everything), as a new CPU tensor i
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -118,9 +119,12 @@ class SafetensorsReader:
         """Fill the contiguous ``out`` with the stored bytes of ``key`` from row ``first_row`` on."""
         file, _, shape, offset = self._where[key]
         start = offset + first_row * math.prod(shape[1:]) * out.element_size()
-        view = memoryview(out.reshape(-1).view(torch.uint8).numpy())
-        if not len(view):
+        # A ctypes view of the tensor's bytes, not ``.numpy()``: exporting a tensor to numpy marks its storage
+        # non-resizable for good, and a worker frees an offloaded parameter's device memory by resizing its storage.
+        nbytes = out.numel() * out.element_size()
+        if not nbytes:
             return
+        view = memoryview((ctypes.c_char * nbytes).from_address(out.data_ptr())).cast("B")
         fd = os.open(file, os.O_RDONLY)
         try:
             done = 0

@@ -51,6 +51,17 @@ def test_read_into_fills_a_contiguous_destination_of_the_stored_dtype(file):
     assert not reader.read_into("w", (slice(2, 5), slice(1, 3)), torch.empty(3, 2))  # not whole rows
 
 
+def test_reading_leaves_the_destinations_storage_resizable(file):
+    """A worker frees an offloaded parameter's memory by resizing its storage to 0: the read must not pin it (a
+    numpy export of the destination would mark its storage non-resizable for good)."""
+    reader, full = SafetensorsReader(file), load_file(str(file))["w"]
+    out = torch.empty(3, 5)
+    assert reader.read_into("w", (slice(2, 5),), out) and torch.equal(out, full[2:5])
+    assert out.untyped_storage().resizable()
+    out.untyped_storage().resize_(0)
+    assert reader.read("w", (slice(1, 4),)).untyped_storage().resizable()
+
+
 def test_a_sharded_folder_is_read_through_its_index(tmp_path):
     tensors = _tensors()
     first, second = dict(list(tensors.items())[:3]), dict(list(tensors.items())[3:])

@@ -123,4 +123,7 @@ def main() -> None:
             print(f"{name:<14}{''.join(cells)}{statistics.median(ref_times):>18.2f} s{diff:>12.2e}")
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     main()

@@ -160,4 +160,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     main()

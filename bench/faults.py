@@ -279,4 +279,7 @@ def garbage_report(n: int, seed: int) -> bool:
 
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     sys.exit(main())

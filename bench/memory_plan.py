@@ -151,5 +151,8 @@ def _slopes(results: dict) -> None:
               f"CHECKPOINT_FACTOR {M.CHECKPOINT_FACTOR:g})")
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()

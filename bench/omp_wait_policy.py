@@ -6,8 +6,8 @@
 Each measurement is a fresh ``python -c`` process (the policy is read when torch loads its OpenMP runtime) that
 loads the default model in the engine's auto dtype and times ``HFEngine.generate`` on ``--prompts`` prompts of ~150
 tokens. The competitor is another process running matmuls on as many threads, as a second job on the machine would.
-Prints seconds per policy and the ACTIVE / PASSIVE ratio, alone and beside the competitor (why ``import ragen`` sets
-``OMP_WAIT_POLICY=PASSIVE``).
+Prints seconds per policy and the ACTIVE / PASSIVE ratio, alone and beside the competitor (why ragen's programs set
+``OMP_WAIT_POLICY=PASSIVE``, ``ragen.allocator.tune_process``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 CHILD = """
+from ragen.allocator import tune_process; tune_process()  # as ragen's programs do; the policy is set below
 import random, time
 from ragen.rollout.base import SamplingParams
 from ragen.rollout.hf import HFEngine

@@ -11,8 +11,8 @@ log-probs, PPO clipped loss, grad clip, AdamW). Bare: the plain transformers for
 (``--precision``, default ``auto``: bf16 autocast where the CPU has native bf16, else fp32), full log_softmax
 over the logits, the same clipped loss formula, backward, clip, AdamW step.
 Prints the phase breakdown, tokens/s, ``ratio = bare_time / ours`` (goal >= 0.8), the process's peak RSS, and its
-user / system CPU time and page faults (run once more with ``RAGEN_TUNE_MALLOC=0`` to see what ``import ragen``'s
-allocator settings, ``ragen.allocator``, save).
+user / system CPU time and page faults (run once more with ``RAGEN_TUNE_MALLOC=0`` to see what the allocator
+settings of ragen's programs, ``ragen.allocator``, save).
 ``--lora R`` also times the LoRA actor (``actor.lora_rank=R``: frozen base, adapters trained) in the same
 alternation and prints ``full / lora``. With ``--shared-prefix N``
 the rows share their first N tokens, as the rows of one env's batch share the system prompt and instructions: ours
@@ -154,11 +154,14 @@ def main() -> None:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     models = "both models" + (" + the LoRA actor" if lora else "")
     print(f"  peak RSS of this process {usage.ru_maxrss / 2**20:6.2f} GB ({models})")
-    import ragen
+    from ragen import allocator
 
     print(f"  CPU time of this process {usage.ru_utime:7.1f} s user, {usage.ru_stime:.1f} s system (page faults "
-          f"{usage.ru_minflt}); allocator tuned: {ragen.ALLOCATOR_TUNED} (RAGEN_TUNE_MALLOC=0 to compare)")
+          f"{usage.ru_minflt}); allocator tuned: {allocator.ALLOCATOR_TUNED} (RAGEN_TUNE_MALLOC=0 to compare)")
 
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     main()

@@ -7,9 +7,11 @@ lives in the ``ragen.evaluation`` package (its command line: ``ragen.evaluation.
 
 from __future__ import annotations
 
+from ragen.allocator import tune_process
 from ragen.cli.eval import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
+    tune_process()  # before anything loads torch
     raise SystemExit(main(prog="python -m ragen.eval"))

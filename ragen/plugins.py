@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ragen.allocator import tune_process
+
 ENV_GROUP = "ragen.envs"
 ESTIMATOR_GROUP = "ragen.estimators"
 ENVIRON_VAR = "RAGEN_IMPORTS"  # the imports handed to the Ray workers (comma-separated module names)
@@ -62,7 +64,9 @@ def load_plugins(imports: Iterable[str] = (), env_config_dirs: Sequence[str | Pa
 
 
 def load_plugins_from_environ() -> None:
-    """The Ray workers' setup hook: :func:`load_plugins` with the driver's ``imports`` (``$RAGEN_IMPORTS``)."""
+    """The Ray workers' setup hook: ragen's process settings (``ragen.allocator.tune_process``: the worker runs it
+    before it loads torch), then :func:`load_plugins` with the driver's ``imports`` (``$RAGEN_IMPORTS``)."""
+    tune_process()
     load_plugins([m for m in os.environ.get(ENVIRON_VAR, "").split(",") if m])
 
 

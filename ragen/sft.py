@@ -6,9 +6,11 @@ the same Hydra config groups as ``ragen.train`` and no RL; ``--help`` lists its 
 
 from __future__ import annotations
 
+from ragen.allocator import tune_process
 from ragen.cli.sft import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
+    tune_process()  # before anything loads torch
     raise SystemExit(main(prog="python -m ragen.sft"))

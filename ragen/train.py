@@ -8,9 +8,11 @@ per problem.
 
 from __future__ import annotations
 
+from ragen.allocator import tune_process
 from ragen.cli.train import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
+    tune_process()  # before anything loads torch
     raise SystemExit(main(prog="python -m ragen.train"))

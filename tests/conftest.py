@@ -22,9 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 
-from ragen.rollout.base import Sample, SamplingParams
+from ragen.allocator import tune_process
+
+tune_process()  # the suite is one of ragen's programs: its process settings, before torch loads (ragen/allocator.py)
+
+import torch  # noqa: E402
+
+from ragen.rollout.base import Sample, SamplingParams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_VAR = "RAGEN_GPU_TOKENIZER"  # set by scripts/gpu_check.sh: the tokenizer folder scripts/gpu_wheels.sh wrote
@@ -163,11 +168,13 @@ def check_env_config_file() -> Callable[..., dict]:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A fresh local Ray with 2 logical CPUs for the module's ``WorkerGroup`` tests; shut down after the module."""
+    """A fresh local Ray with 2 logical CPUs for the module's ``WorkerGroup`` tests (each worker applies ragen's
+    process settings first, as ``ragen.trainer.builders.start_ray``'s do); shut down after the module."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"},
+                          "worker_process_setup_hook": "ragen.allocator.tune_process"})
     yield
     ray.shutdown()
 

@@ -61,7 +61,7 @@ from bandit_task import ragen_overrides  # noqa: E402
 from peer_report import LearnRun, SideRun, learn_table, machine, markdown, profile_table, speed_table  # noqa: E402
 
 SIDES = ("ragen", "trl", "trl-nockpt")
-LAUNCH_ENV = dict(os.environ)  # what the sides inherit (nothing here imports ragen, which sets OMP_WAIT_POLICY)
+LAUNCH_ENV = dict(os.environ)  # what the sides inherit (this orchestrator applies no process settings of its own)
 
 
 def trl_version() -> str | None:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch  # before ragen: with the "stock" process settings, ragen's OpenMP wait policy must not reach libgomp
+import torch  # libgomp reads OMP_WAIT_POLICY now: the orchestrator's choice for this side (trl_grpo.child_env)
 
 OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp's default)")  # what libgomp read at import
 
@@ -239,4 +239,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_allocator
+
+    tune_allocator()  # ragen's malloc settings unless the orchestrator turned them off (stock: RAGEN_TUNE_MALLOC=0)
     main()

@@ -73,4 +73,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from ragen.allocator import tune_process
+
+    tune_process()  # the process settings of ragen's programs
     main()

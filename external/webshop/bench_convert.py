@@ -20,12 +20,14 @@ from pathlib import Path
 from ragen_external.webshop.sample import write_files
 
 CONVERT = """
+from ragen.allocator import tune_process; tune_process()
 import resource, sys
 from ragen_external.webshop import convert
 convert.main(sys.argv[1:])
 print("PEAK_MIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
 LOAD = """
+from ragen.allocator import tune_process; tune_process()
 import resource, sys
 from ragen.env.webshop.data import load_catalog
 catalog = load_catalog(sys.argv[1])
@@ -33,6 +35,7 @@ print(len(catalog.products), "products")
 print("PEAK_MIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 """
 BASELINE = """
+from ragen.allocator import tune_process; tune_process()
 import resource
 import ijson, numpy, bm25s, tqdm, sqlite3
 import ragen.env.webshop, ragen_external.search.index

@@ -19,6 +19,11 @@ Outputs (adv, ret) are exactly 0 off model tokens, in the promoted dtype of rewa
 internally everything runs in float64 on rows compacted to their model tokens (:class:`TurnView`).
 ``return_mode`` is "adv_plus_value" (ret = A + V) or "reward_to_go" (ret = the discounted sum of future rewards:
 token level for :func:`gae`, turn level with ``high_level_gamma`` for the turn methods; no bootstrap).
+
+The docstrings of :func:`gae`, :func:`turn_gae` and :func:`bilevel_gae` state the recursion each computes as a plain
+loop over one row (lists of length T, read from the tensors' row b), and name the reference of
+``ragen.algorithms.reference`` that runs the same loop on whole batches; tests/algorithms/test_estimators_reference.py
+compares each function with its reference, tests/algorithms/test_gae_docstring_loops.py with the loop shown.
 """
 
 from __future__ import annotations
@@ -80,6 +85,22 @@ def gae(
     V(p_{i+1}), env / pad tokens are neither steps nor bootstraps. Otherwise every position from p_1 to p_n is a
     step (env tokens carry reward 0 and their values are read). The step after the last one has value
     ``bootstrap`` (B,). The reward of a step is ``token_rewards`` (+ ``token_penalties``) on model tokens.
+
+    One row b as a plain loop (``rewards, penalties, values, mask`` = row b of ``token_rewards``,
+    ``token_penalties`` (zeros without), ``values``, ``response_mask``; ``boot`` = ``bootstrap[b]``, 0 without;
+    the reference ``ragen.algorithms.reference.gae_ref`` runs the same loop)::
+
+        adv, ret = [0.0] * T, [0.0] * T
+        model = [t for t in range(T) if mask[t]]
+        steps = model if skip_env_tokens or not model else list(range(model[0], model[-1] + 1))
+        next_v, A, rtg = boot, 0.0, 0.0
+        for t in reversed(steps):
+            r = rewards[t] + penalties[t] if mask[t] else 0.0
+            A = r + gamma * next_v - values[t] + gamma * lam * A  # A_t = delta_t + gamma * lam * A_{t+1}
+            rtg = r + gamma * rtg
+            if mask[t]:
+                adv[t], ret[t] = A, (A + values[t] if return_mode == "adv_plus_value" else rtg)
+            next_v = values[t]
     """
     _check_return_mode(return_mode)
     dtype = _out_dtype(token_rewards, values)
@@ -141,7 +162,23 @@ def turn_gae(
     token_penalties: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Turn-level GAE: each turn is one step with reward r_k = the sum of turn k's rewards and penalties; every
-    model token of turn k gets A^H_k and the return A^H_k + V(s_k) (see :func:`turn_level`)."""
+    model token of turn k gets A^H_k and the return A^H_k + V(s_k) (see :func:`turn_level`).
+
+    One row b as a plain loop (lists as in :func:`gae`, plus ``turn_ids`` = row b of ``turn_ids``; the reference
+    ``ragen.algorithms.reference.turn_gae_ref`` runs the same loop)::
+
+        turns = [[t for t in range(T) if mask[t] and turn_ids[t] == k] for k in range(max(turn_ids) + 1)]
+        r = [sum(rewards[t] + penalties[t] for t in turn) for turn in turns]  # r_k
+        v_s = [values[turn[0]] for turn in turns]  # V(s_k): the value at turn k's first model token
+        adv, ret = [0.0] * T, [0.0] * T
+        next_v, A, rtg = boot, 0.0, 0.0
+        for k in reversed(range(len(turns))):
+            A = r[k] + high_level_gamma * next_v - v_s[k] + high_level_gamma * high_level_lam * A  # A^H_k
+            rtg = r[k] + high_level_gamma * rtg
+            for t in turns[k]:
+                adv[t], ret[t] = A, (A + v_s[k] if return_mode == "adv_plus_value" else rtg)
+            next_v = v_s[k]
+    """
     _check_return_mode(return_mode)
     tv = turn_view(turn_ids, response_mask)
     r_turn = tv.sum_per_turn(_gathered_rewards(token_rewards, token_penalties, tv))
@@ -173,6 +210,25 @@ def bilevel_gae(
     V(next model token of the same turn) - V_t, with p the ``token_penalties`` (0 without); A_t = delta_t +
     gamma * lam * A_{t+1} within the turn; return A_t + V_t (or the turn-level reward-to-go). With gamma = lam = 1
     and no penalties, A_t = G_k - V_t.
+
+    One row b as a plain loop (lists as in :func:`turn_gae`; the reference
+    ``ragen.algorithms.reference.bilevel_gae_ref`` runs the same loop)::
+
+        turns = [[t for t in range(T) if mask[t] and turn_ids[t] == k] for k in range(max(turn_ids) + 1)]
+        r = [sum(rewards[t] for t in turn) for turn in turns]  # env rewards only: penalties act per token
+        v_s = [values[turn[0]] for turn in turns]
+        adv, ret = [0.0] * T, [0.0] * T
+        next_v, A_H, rtg = boot, 0.0, 0.0
+        for k in reversed(range(len(turns))):
+            A_H = r[k] + high_level_gamma * next_v - v_s[k] + high_level_gamma * high_level_lam * A_H
+            rtg = r[k] + high_level_gamma * rtg
+            next_t, A = None, 0.0  # the low level restarts at each turn's last token e_k
+            for t in reversed(turns[k]):
+                target = A_H + v_s[k] if next_t is None else gamma * values[next_t]  # G_k at e_k
+                A = penalties[t] + target - values[t] + gamma * lam * A
+                adv[t], ret[t] = A, (A + values[t] if return_mode == "adv_plus_value" else rtg)
+                next_t = t
+            next_v = v_s[k]
     """
     _check_return_mode(return_mode)
     tv = turn_view(turn_ids, response_mask)
@@ -229,7 +285,8 @@ def weighted_gae(
 
     The return mixes the two parts' returns the same way, so w = 0 is exactly :func:`gae` and w = 1 exactly
     :func:`turn_gae` for both outputs (penalties at their tokens in the token part, summed into r_k in the turn
-    part).
+    part). The two parts are the loops shown in those functions; ``ragen.algorithms.reference.weighted_gae_ref``
+    mixes their references.
     """
     if not 0.0 <= turn_level_weight <= 1.0:
         raise ValueError(f"turn_level_weight={turn_level_weight} must be in [0, 1] (0 = token GAE, 1 = turn GAE)")

@@ -56,6 +56,8 @@ class _Rows:
 
 
 def gae_ref(inp, *, gamma=1.0, lam=1.0, skip_env_tokens=True, return_mode="adv_plus_value", rows=None):
+    """The plain loop that defines ``ragen.algorithms.gae.gae`` on every row of ``inp``
+    (its docstring shows the loop for one row)."""
     d = _Rows(inp, rows)
     adv, ret = d.zeros(), d.zeros()
     for i in range(len(d.rows)):
@@ -92,6 +94,8 @@ def _turn_level_ref(d: _Rows, i: int, gamma_h: float, lam_h: float, *, with_pena
 
 
 def turn_gae_ref(inp, *, high_level_gamma=0.95, high_level_lam=1.0, return_mode="adv_plus_value", rows=None):
+    """The plain loop that defines ``ragen.algorithms.gae.turn_gae`` on every row of ``inp``
+    (its docstring shows the loop for one row)."""
     d = _Rows(inp, rows)
     adv, ret = d.zeros(), d.zeros()
     for i in range(len(d.rows)):
@@ -105,6 +109,8 @@ def turn_gae_ref(inp, *, high_level_gamma=0.95, high_level_lam=1.0, return_mode=
 
 def bilevel_gae_ref(inp, *, gamma=1.0, lam=1.0, high_level_gamma=0.95, high_level_lam=1.0,
                     return_mode="adv_plus_value", rows=None):
+    """The plain loop that defines ``ragen.algorithms.gae.bilevel_gae`` on every row of ``inp``
+    (its docstring shows the loop for one row)."""
     d = _Rows(inp, rows)
     adv, ret = d.zeros(), d.zeros()
     for i in range(len(d.rows)):
@@ -125,6 +131,7 @@ def bilevel_gae_ref(inp, *, gamma=1.0, lam=1.0, high_level_gamma=0.95, high_leve
 
 def weighted_gae_ref(inp, *, turn_level_weight=0.5, gamma=1.0, lam=1.0, high_level_gamma=0.95, high_level_lam=1.0,
                      skip_env_tokens=True, return_mode="adv_plus_value", rows=None):
+    """``ragen.algorithms.gae.weighted_gae``: the mix of :func:`gae_ref` and :func:`turn_gae_ref`."""
     a1, r1 = gae_ref(inp, gamma=gamma, lam=lam, skip_env_tokens=skip_env_tokens, return_mode=return_mode, rows=rows)
     a2, r2 = turn_gae_ref(inp, high_level_gamma=high_level_gamma, high_level_lam=high_level_lam,
                           return_mode=return_mode, rows=rows)

@@ -5,9 +5,11 @@ the algorithm, the ``archer`` section its loop. A config error exits with status
 
 from __future__ import annotations
 
+from ragen.allocator import tune_process
 from ragen.cli.archer import main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
+    tune_process()  # before anything loads torch
     raise SystemExit(main(prog="python -m ragen.archer"))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from ragen.allocator import tune_process
+
 # subcommand -> (module with main(argv, prog), one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("ragen.cli.train", "train with a PPO-family estimator (= python -m ragen.train; the launch scripts)"),
@@ -29,7 +31,10 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``argv`` (default ``sys.argv[1:]``) to a subcommand; returns its exit status."""
+    """Dispatch ``argv`` (default ``sys.argv[1:]``) to a subcommand; returns its exit status. The console script's
+    process gets ragen's process settings first (``ragen.allocator.tune_process``, before any subcommand loads
+    torch)."""
+    tune_process()
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())

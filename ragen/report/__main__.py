@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ragen.allocator import tune_process
 from ragen.report.build import build_report, report_steps
 
 DESCRIPTION = """Rebuild the HTML report of one or more run folders from their saved files (metrics.jsonl,
@@ -37,4 +38,5 @@ def main(argv: list[str] | None = None, prog: str = "python -m ragen.report") ->
 
 
 if __name__ == "__main__":
+    tune_process()
     raise SystemExit(main())

@@ -2,7 +2,7 @@
 blocks to the driver), and the memory peak of each phase of a training step.
 
 A training update allocates activations for a whole micro-batch; glibc keeps the freed pages in its heap (more
-so with ``ragen.allocator.tune_allocator``, which ``import ragen`` applies), and on a GPU the CUDA caching allocator
+so with ``ragen.allocator.tune_allocator``, which ragen's programs apply), and on a GPU the CUDA caching allocator
 keeps freed blocks reserved, so a process stays at its peak between phases unless that memory is released
 (``release_cached_memory`` after each update and log-prob / value pass). The trainer logs
 ``memory/<process>_rss_gb`` and ``memory/<process>_peak_gb`` every step, where a leak shows as growth from step

@@ -1,4 +1,5 @@
-"""``import ragen`` keeps large blocks in glibc's heap (ragen/allocator.py) unless turned off or the user chose."""
+"""``tune_process`` (ragen/allocator.py, which ragen's programs call first) keeps large blocks in glibc's heap unless
+turned off or the user chose; ``import ragen`` alone leaves glibc's defaults (tests/utils/test_process_settings.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import sys
 import pytest
 
 # mallinfo2().hblks counts the blocks glibc currently serves with their own mmap; a 100 MiB bytearray is one such
-# block under glibc's defaults (threshold at most 32 MiB) and none once ragen raised the threshold to 1 GiB.
+# block under glibc's defaults (threshold at most 32 MiB) and none once tune_process raised the threshold to 1 GiB.
 PROBE = """
-import ctypes, ragen
+import ctypes, ragen.allocator
+{setup}
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
@@ -19,22 +21,26 @@ libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = MallInfo2
 before = libc.mallinfo2().hblks
 block = bytearray(100 * 2**20)
-print(ragen.ALLOCATOR_TUNED, libc.mallinfo2().hblks - before)
+print(ragen.allocator.ALLOCATOR_TUNED, libc.mallinfo2().hblks - before)
 """
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")
 
 
-def _probe(**env_extra: str) -> tuple[str, int]:
+def _probe(setup: str = "ragen.allocator.tune_process()", **env_extra: str) -> tuple[str, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "RAGEN_TUNE_MALLOC", "GLIBC_TUNABLES"))}
     env.update(env_extra)
-    tuned, mmapped = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                                    check=True).stdout.split()
+    tuned, mmapped = subprocess.run([sys.executable, "-c", PROBE.format(setup=setup)], env=env, capture_output=True,
+                                    text=True, check=True).stdout.split()
     return tuned, int(mmapped)
 
 
-def test_import_ragen_serves_a_100mib_block_from_the_heap():
+def test_tune_process_serves_a_100mib_block_from_the_heap():
     assert _probe() == ("True", 0)
+
+
+def test_the_flag_says_whether_a_program_applied_the_settings():
+    assert _probe(setup="") == ("False", 1)  # imported, not applied: glibc's defaults
 
 
 def test_opt_out_leaves_glibc_defaults():

@@ -5,6 +5,13 @@ docs/estimators.md).
 """
 
 from ragen.algorithms.inputs import AdvantageInputs
-from ragen.algorithms.registry import ADVANTAGE_ESTIMATORS, EstimatorSpec, compute_advantage, register_estimator
+from ragen.algorithms.registry import (
+    ADVANTAGE_ESTIMATORS,
+    EstimatorSpec,
+    bind_estimator_args,
+    compute_advantage,
+    register_estimator,
+)
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "EstimatorSpec", "compute_advantage", "register_estimator"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "AdvantageInputs", "EstimatorSpec", "bind_estimator_args", "compute_advantage",
+           "register_estimator"]

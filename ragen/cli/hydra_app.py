@@ -7,7 +7,9 @@ that keeps Hydra's whole command line (``key=value``, ``group=choice``, ``+key=v
 1. answers ``-h`` / ``--help`` with the command's own help (``ragen.cli.help``), not Hydra's config dump;
 2. turns ``--check`` into ``trainer.dry_run=true`` (``ragen.trainer.plan``: check everything, print the plan);
 3. checks the overrides and the config name (``ragen.cli.overrides``): a misspelled key or choice exits with
-   status 2 and "did you mean <closest>", one line per problem, before Hydra's own message.
+   status 2 and "did you mean <closest>", one line per problem, before Hydra's own message;
+4. hands ``algorithm.estimator_args.<name>=value`` to Hydra as ``++...`` (the entry is added; the estimator's
+   signature checks the name: ``ragen.trainer.compose.open_mapping_overrides``).
 
 Hydra then composes the config and calls the command's ``task`` (``ragen.launch.cli_main``: validation and
 the pre-start checks, then the run, or the plan for a dry run).
@@ -29,10 +31,10 @@ def main(cmd: HydraCommand, argv: list[str] | None = None, prog: str | None = No
     2 for a config problem, 1 for a Hydra error)."""
     import hydra
 
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.compose import config_dir, open_mapping_overrides
     from ragen.trainer.config import ConfigError
 
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = open_mapping_overrides(sys.argv[1:] if argv is None else argv)  # algorithm.estimator_args.<name>=v adds
     prog = prog or f"ragen {cmd.name}"
     _before_compose(args, cmd.config_name)
     if "-h" in args or "--help" in args:

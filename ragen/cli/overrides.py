@@ -47,8 +47,11 @@ def override_problems(config_name: str, overrides: list[str]) -> list[str]:
     (a syntax error: its own message is clearer than a guess)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    try:
-        parsed = [o for o in OverridesParser.create().parse_overrides(overrides) if not o.is_sweep_override()]
+    from ragen.trainer.compose import open_mapping_overrides
+
+    try:  # an open mapping's new entry (algorithm.estimator_args.<name>=v) is an add, checked by its estimator
+        parsed = [o for o in OverridesParser.create().parse_overrides(open_mapping_overrides(overrides))
+                  if not o.is_sweep_override()]
     except Exception:  # noqa: BLE001 - a syntax error: Hydra reports it
         return []
     search = [o.input_line for o in parsed if o.get_key_element() == "hydra.searchpath"]

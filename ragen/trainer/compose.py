@@ -10,6 +10,9 @@ from typing import Any
 from ragen.trainer.config import ConfigError, TrainConfig, build_config
 
 CONFIG_PACKAGE = "ragen_config"  # the installed copy of config/ (setup.py maps the package to that folder)
+# Mappings whose keys are the user's own, not the schema's (an estimator's hyperparameters): Hydra's struct mode takes
+# only keys the composed config has, so a plain ``<mapping>.<name>=value`` is handed to Hydra as ``++`` (set or add).
+OPEN_MAPPINGS = ("algorithm.estimator_args",)
 
 
 def config_dir() -> Path:
@@ -113,17 +116,31 @@ def _file_imports(name: str, dirs: list[Path], seen: set[str]) -> list[str] | No
     return inherited
 
 
+def open_mapping_overrides(overrides: Sequence[str]) -> list[str]:
+    """``overrides`` with each plain override of a key in (or of) an :data:`OPEN_MAPPINGS` mapping as ``++<line>``,
+    so ``algorithm.estimator_args.beta=0.3`` adds the entry as ``+algorithm.estimator_args.beta=0.3`` does (the
+    estimator's signature checks the name, ``ragen.algorithms.registry.bind_estimator_args``). Other lines, flags
+    and ``+`` / ``++`` / ``~`` overrides are kept as they are."""
+    out = []
+    for line in overrides:
+        key = line.split("=", 1)[0]
+        opened = "=" in line and any(key == m or key.startswith(f"{m}.") for m in OPEN_MAPPINGS)
+        out.append(f"++{line}" if opened else line)
+    return out
+
+
 def compose(config_name: str = "base", overrides: list[str] | None = None) -> Any:
     """Compose ``config/<config_name>.yaml`` with Hydra overrides (outside ``@hydra.main``, e.g. in tests), after
-    :func:`prepare_composition`."""
+    :func:`prepare_composition`; the overrides of open mappings as :func:`open_mapping_overrides` gives them."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    prepare_composition(config_name, list(overrides or []))
+    overrides = open_mapping_overrides(overrides or [])
+    prepare_composition(config_name, overrides)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        return hydra_compose(config_name=config_name, overrides=list(overrides or []))
+        return hydra_compose(config_name=config_name, overrides=overrides)
 
 
 def load_train_config(config_name: str = "base", overrides: list[str] | None = None) -> TrainConfig:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.algorithms.registry import SHARED_SCALARS
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
 from ragen.trainer.config_archer import ALGORITHMS as ARCHER_ALGORITHMS
 from ragen.trainer.config_archer import ArcherSection
@@ -207,7 +208,11 @@ class AlgorithmSection:
     the ArCHer family, ``archer`` | ``chai`` | ``filtered_bc`` (``python -m ragen.archer``; its loop is the
     ``archer`` section, the estimator keys are not read).
 
-    The scalars are passed to ``compute_advantage`` as is. ``kl_in_reward`` subtracts ``kl_coef * KL_kind(pi_old ||
+    The scalars are passed to ``compute_advantage`` as is (each estimator reads those its signature names).
+    ``estimator_args``: the chosen estimator's own hyperparameters, its keyword-only parameters that are not shared
+    scalars (a plugin estimator's, e.g. ``algorithm.estimator_args.beta=0.3``); validation binds them to its
+    signature (``ragen.algorithms.registry.bind_estimator_args``: unknown names and missing required ones are
+    refused) and they reach the estimator as keyword arguments. ``kl_in_reward`` subtracts ``kl_coef * KL_kind(pi_old ||
     pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``, the only one for ``ms_grpo`` /
     ``ms_po``, which read no token rewards). ``rollout_filter_ratio`` keeps that fraction of groups, those with the
     highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all).
@@ -232,6 +237,7 @@ class AlgorithmSection:
     discount_factor: float = 1.0
     step_advantage_weight: float = 1.0
     eps: float = 1e-6
+    estimator_args: dict[str, Any] = field(default_factory=dict)
     kl_in_reward: bool = False
     kl_coef: float = 0.001
     kl_kind: str = "k1"
@@ -246,11 +252,9 @@ class AlgorithmSection:
                              "(ppo: python -m ragen.train; archer, chai, filtered_bc: python -m ragen.archer)")
 
     def advantage_kwargs(self) -> dict[str, Any]:
-        """The keyword scalars of ``compute_advantage``."""
-        names = ("gamma", "lam", "high_level_gamma", "high_level_lam", "turn_level_weight", "skip_env_tokens",
-                 "return_mode", "whiten", "norm_by_std", "step_advantage_coef", "discount_factor",
-                 "step_advantage_weight", "eps")
-        return {n: getattr(self, n) for n in names}
+        """The keyword arguments of ``compute_advantage``: the shared scalars, ``whiten`` and ``estimator_args``."""
+        return {**{n: getattr(self, n) for n in SHARED_SCALARS}, "whiten": self.whiten,
+                "estimator_args": dict(self.estimator_args)}
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from ragen.trainer.config import SECTIONS, TrainConfig, VLLMSection, default_sec
 from ragen.workers.config import CriticConfig
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
-ALWAYS_READ = ("name", "estimator", "whiten", "kl_in_reward", "rollout_filter_ratio", "use_step_reward",
-               "rollout_correction")
+ALWAYS_READ = ("name", "estimator", "estimator_args", "whiten", "kl_in_reward", "rollout_filter_ratio",
+               "use_step_reward", "rollout_correction")
 # Estimators that read the step and outcome rewards themselves: taking the step rewards out of the token rewards
 # (``algorithm.use_step_reward=false``) changes nothing they read.
 OWN_STEP_SPLIT = ("ms_grpo", "ms_po")

@@ -9,6 +9,7 @@ problems and raises one :class:`ConfigError`; ``ragen.launch.validate`` picks it
 
 from __future__ import annotations
 
+from ragen.algorithms.registry import estimator_args_problems
 from ragen.trainer.checks import check_agent, check_attention, check_env, check_trainer, check_warm_start
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import (
@@ -87,6 +88,7 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
     if alg.estimator not in names:
         out.append(f"algorithm.estimator={alg.estimator!r} is unknown; registered estimators: {', '.join(names)} "
                    "(select one with algorithm=<name>)")
+    out += estimator_args_problems(alg.estimator, alg.estimator_args)
     if estimator_needs_values(alg.estimator) and not needs_critic(cfg):
         out.append(f"algorithm.estimator={alg.estimator!r} needs a critic (values) but critic.enable=false; "
                    "set critic.enable=true (or null) or pick a critic-free estimator such as grpo")

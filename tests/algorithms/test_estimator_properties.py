@@ -280,8 +280,12 @@ def test_per_turn_inputs_are_checked_only_when_needed():
 def test_register_estimator_checks_and_forwards_only_declared_scalars():
     with pytest.raises(ValueError, match="'gae' is already registered"):
         register_estimator("gae", lambda inp: None)
-    with pytest.raises(ValueError, match=r"keyword-only params \['alpha'\] that compute_advantage cannot supply"):
-        register_estimator("test_alpha", lambda inp, *, alpha: None)
+    try:  # a keyword-only parameter that is not a shared scalar is the estimator's own (algorithm.estimator_args)
+        assert register_estimator("test_alpha", lambda inp, *, alpha: None).required_args == ("alpha",)
+        with pytest.raises(ValueError, match="algorithm.estimator_args.alpha is required by estimator 'test_alpha'"):
+            compute_advantage("test_alpha", small())
+    finally:
+        ADVANTAGE_ESTIMATORS.pop("test_alpha", None)
     with pytest.raises(ValueError, match=r"needs=\['critic'\] are not AdvantageInputs fields"):
         register_estimator("test_needs", lambda inp: None, needs=("critic",))
     seen = {}

@@ -238,6 +238,11 @@ t.add("algorithm.step_advantage_coef", sweep(CREDIT, 0.5))
 t.add("algorithm.discount_factor", sweep(CREDIT, 0.5))
 t.add("algorithm.step_advantage_weight", sweep(CREDIT, 0.5))
 t.add("algorithm.eps", sweep(CREDIT, 0.05))
+t.add("algorithm.estimator_args", rejected({"beta": 0.3}, match="algorithm.estimator_args.beta"),
+      rejected({"gamma": 0.9}, when="algorithm=grpo", match="set algorithm.gamma instead"),
+      note="an estimator's own keyword-only parameters (a plugin's: docs/extending.md); no built-in estimator takes "
+           "one, and a shared scalar is set by its own key; tests/trainer/test_estimator_args_config.py shows a "
+           "plugin's value in the advantages")
 t.add("algorithm.kl_in_reward", sweep(CREDIT, True))
 # with kl_in_reward on, walked for the estimators that read the per-token penalties (validation rejects the rest)
 PENALTY_READERS = tuple(e for e in ESTIMATORS if e not in ("ms_grpo", "ms_po"))

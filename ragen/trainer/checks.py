@@ -16,12 +16,15 @@ packages it needs; an engine with checks of its own beyond those (vLLM's placeme
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 from ragen.agent.config import agent_problems
 from ragen.models.attention import ATTN_IMPLEMENTATIONS, FLASH, flash_problems
 from ragen.rollout.registry import engine_entry, training_engines
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config import TrainConfig, algorithm_problems, sft_problems, trainer_problems
+from ragen.trainer.config_archer import archer_problems
 from ragen.trainer.derived import (
     CHARS_PER_TOKEN,
     critic_worker_needed,
@@ -36,7 +39,7 @@ from ragen.trainer.derived import (
 )
 from ragen.trainer.preflight import register
 from ragen.utils.hardware import ENGINE_DTYPES
-from ragen.workers.config import VALUE_GRADS
+from ragen.workers.config import VALUE_GRADS, actor_problems, critic_worker_problems
 
 
 @register("env", reads=("env",), after=("env_mix",), per_env=True)
@@ -376,3 +379,19 @@ def check_agent_config(cfg: TrainConfig) -> list[str]:
     values = SimpleNamespace(**dataclasses.asdict(cfg.agent), max_turn=cfg.env.max_turn,
                              max_actions_per_turn=cfg.env.max_actions_per_turn)
     return agent_problems(values, key=_agent_key)
+
+
+def _section_check(name: str, section: str, problems: Callable[[Any], list[str]]) -> None:
+    """Register a section's value checks (the function its dataclass's ``__post_init__`` raises from, so a config
+    built in Python is refused at construction and ``build_config`` names every problem of the section) as the
+    check ``name``: one home for each rule, listed with the others."""
+    register(name, reads=(section,))(lambda cfg: problems(getattr(cfg, section)))
+
+
+for _name, _section, _problems in (("actor_values", "actor", actor_problems),
+                                   ("critic_values", "critic", critic_worker_problems),
+                                   ("algorithm_values", "algorithm", algorithm_problems),
+                                   ("sft_values", "sft", sft_problems),
+                                   ("trainer_values", "trainer", trainer_problems),
+                                   ("archer_values", "archer", archer_problems)):
+    _section_check(_name, _section, _problems)

@@ -1,6 +1,7 @@
 """The preflight registry: checks declare what they read and what they run after; engines are added in one place."""
 
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -140,3 +141,22 @@ def test_an_engine_registered_in_one_place_is_accepted_and_built(fake_engine, ch
     register_engine(replace(fake_engine, packages=("ragen_no_such_package",)))
     with pytest.raises(ConfigError, match=r"rollout.engine=fake needs the package\(s\) ragen_no_such_package"):
         validate(fake)
+
+
+def test_a_section_names_every_bad_value_at_once_from_its_one_rule_function():
+    """A section's value rules are one function: the dataclass raises all its problems (a config built from the
+    command line or in Python), and the registry lists the same function."""
+    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config import TrainerSection, trainer_problems
+
+    with pytest.raises(ConfigError) as info:
+        load_train_config("base", ["trainer.max_restarts=-1", "trainer.placement_timeout_s=0"])
+    text = str(info.value)
+    assert "trainer.max_restarts must be >= 0" in text and "trainer.placement_timeout_s must be > 0 seconds" in text
+    with pytest.raises(ValueError, match="trainer.max_restarts must be >= 0.*; trainer.placement_timeout_s"):
+        TrainerSection(max_restarts=-1, placement_timeout_s=0)
+    import ragen.trainer.checks  # noqa: F401  (registers the section checks)
+
+    values = SimpleNamespace(**{**asdict(TrainerSection()), "max_restarts": -2})  # as the dataclass would hold
+    assert trainer_problems(values) == preflight.CHECKS["trainer_values"].fn(SimpleNamespace(trainer=values)) == [
+        "trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got -2"]

@@ -20,17 +20,14 @@ from ragen.utils import console
 
 
 def validate(cfg: TrainConfig) -> None:
-    """Raise ``ConfigError`` listing every problem of ``cfg`` (nothing is started before this passes): the PPO
-    family's checks (``ragen.trainer.validate.validate_ppo``) or the ArCHer family's
-    (``ragen.archer.main.validate_archer``), by ``algorithm.name``."""
-    if cfg.algorithm.name == "ppo":
-        from ragen.trainer.validate import validate_ppo
+    """Raise ``ConfigError`` listing every problem of ``cfg`` (nothing is started before this passes): the checks of
+    its family (``ragen.trainer.preflight.preflight``; the PPO family's, ``ragen.trainer.validate``, or the ArCHer
+    family's, ``ragen.archer.main``, by ``algorithm.name``)."""
+    import ragen.archer.main  # noqa: F401  (registers the ArCHer family's checks)
+    import ragen.trainer.validate  # noqa: F401  (registers the PPO family's checks)
+    from ragen.trainer.preflight import preflight
 
-        validate_ppo(cfg)
-    else:
-        from ragen.archer.main import validate_archer
-
-        validate_archer(cfg)
+    preflight(cfg)
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,38 +72,50 @@ class AgentConfig:
         return (f"</{self.answer_tag}>",) if self.stop_at_answer else ()
 
     def __post_init__(self) -> None:
-        if self.max_turn < 1:
-            raise ValueError(f"AgentConfig.max_turn must be >= 1, got {self.max_turn}")
-        if self.max_actions_per_turn < 1:
-            raise ValueError(f"AgentConfig.max_actions_per_turn must be >= 1, got {self.max_actions_per_turn}")
-        if not self.action_sep:
-            raise ValueError("AgentConfig.action_sep must be a non-empty string such as '||'")
-        if self.max_context_window is not None and self.max_context_window < 0:
-            raise ValueError(f"AgentConfig.max_context_window must be None or >= 0, got {self.max_context_window}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"AgentConfig.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.max_model_len <= self.max_new_tokens:
-            raise ValueError(
-                f"AgentConfig.max_model_len ({self.max_model_len}) must exceed max_new_tokens ({self.max_new_tokens})"
-            )
-        if self.temperature < 0:  # 0 = greedy (validation); training needs > 0, checked by ActorConfig
-            raise ValueError(f"AgentConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
-        if self.reminder not in REMINDERS:
-            raise ValueError(f"AgentConfig.reminder must be one of {REMINDERS}, got {self.reminder!r}")
-        if self.history_thinking not in HISTORY_THINKING:
-            raise ValueError(f"AgentConfig.history_thinking must be one of {HISTORY_THINKING}, got "
-                             f"{self.history_thinking!r}")
-        if self.history_thinking == "strip" and self.layout != "turn":
-            raise ValueError("AgentConfig.history_thinking='strip' needs layout='turn' (a trajectory row holds every "
-                             "turn's thinking, which later prompts leave out)")
-        if self.observations not in OBSERVATIONS:
-            raise ValueError(f"AgentConfig.observations must be one of {OBSERVATIONS}, got {self.observations!r}")
-        if self.env_step_timeout is not None and not self.env_step_timeout >= 0:
-            raise ValueError(f"AgentConfig.env_step_timeout must be None or >= 0 seconds, got {self.env_step_timeout}")
-        if not self.think_tag or not self.answer_tag:
-            raise ValueError("AgentConfig.think_tag and answer_tag must be non-empty tag names")
+        problems = agent_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def _own_key(name: str) -> str:
+    return f"AgentConfig.{name}"
+
+
+def agent_problems(c: Any, key: Callable[[str], str] = _own_key) -> list[str]:
+    """The value problems of an ``AgentConfig`` (or anything with its fields, ``c``), each naming the field by
+    ``key(field)``: ``AgentConfig.<field>`` by default; the trainer's preflight names its config keys
+    (``agent.layout``, ``env.max_turn``)."""
+    out = []
+    if c.max_turn < 1:
+        out.append(f"{key('max_turn')} must be >= 1, got {c.max_turn}")
+    if c.max_actions_per_turn < 1:
+        out.append(f"{key('max_actions_per_turn')} must be >= 1, got {c.max_actions_per_turn}")
+    if not c.action_sep:
+        out.append(f"{key('action_sep')} must be a non-empty string such as '||'")
+    if c.max_context_window is not None and c.max_context_window < 0:
+        out.append(f"{key('max_context_window')} must be None or >= 0, got {c.max_context_window}")
+    if c.max_new_tokens < 1:
+        out.append(f"{key('max_new_tokens')} must be >= 1, got {c.max_new_tokens}")
+    if c.max_model_len <= c.max_new_tokens:
+        out.append(f"{key('max_model_len')} ({c.max_model_len}) must exceed max_new_tokens ({c.max_new_tokens})")
+    if c.temperature < 0:  # 0 = greedy (validation); training needs > 0, checked by ActorConfig
+        out.append(f"{key('temperature')} must be >= 0 (0 = greedy), got {c.temperature}")
+    if c.layout not in LAYOUTS:
+        out.append(f"{key('layout')} must be one of {LAYOUTS}, got {c.layout!r}")
+    if c.reminder not in REMINDERS:
+        out.append(f"{key('reminder')} must be one of {REMINDERS}, got {c.reminder!r}")
+    if c.history_thinking not in HISTORY_THINKING:
+        out.append(f"{key('history_thinking')} must be one of {HISTORY_THINKING}, got {c.history_thinking!r}")
+    if c.history_thinking == "strip" and c.layout != "turn":
+        out.append(f"{key('history_thinking')}='strip' needs layout='turn' (a trajectory row holds every turn's "
+                   "thinking, which later prompts leave out)")
+    if c.observations not in OBSERVATIONS:
+        out.append(f"{key('observations')} must be one of {OBSERVATIONS}, got {c.observations!r}")
+    if c.env_step_timeout is not None and not c.env_step_timeout >= 0:
+        out.append(f"{key('env_step_timeout')} must be None or >= 0 seconds, got {c.env_step_timeout}")
+    if not c.think_tag or not c.answer_tag:
+        out.append(f"{key('think_tag')} and answer_tag must be non-empty tag names")
+    return out
 
 
 @dataclass(frozen=True)

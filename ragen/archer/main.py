@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+import ragen.trainer.checks  # noqa: F401  (registers the checks both families share)
 from ragen.archer.dialogues import dialogue_problems
-from ragen.trainer.checks import check_agent, check_attention, check_env, check_trainer, check_warm_start
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config import TrainConfig
 from ragen.trainer.config_archer import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.trainer.derived import world_size
+from ragen.trainer.preflight import preflight, register, register_family
+
+register_family("archer", ALGORITHMS)
 
 
+@register("archer", reads=("algorithm", "archer", "critic", "agent.layout", "actor.mini_batch_size",
+                           "actor.micro_batch_size", "trainer"), families=("archer",))
 def check_archer(cfg: TrainConfig) -> list[str]:
     """Problems specific to the ArCHer family (each names its key and the fix)."""
     a, name, out = cfg.archer, cfg.algorithm.name, []
@@ -66,12 +71,9 @@ def _rollout_correction_problems(cfg: TrainConfig) -> list[str]:
 
 
 def validate_archer(cfg: TrainConfig) -> None:
-    """The checks both families share (``ragen.trainer.checks``: env, agent, trainer, warm start) plus
-    :func:`check_archer`; raises one ConfigError."""
-    problems = check_env(cfg) + check_trainer(cfg) + check_attention(cfg) + check_agent(cfg) + check_warm_start(cfg)
-    problems += check_archer(cfg)
-    if problems:
-        raise ConfigError(problems)
+    """The registered checks of the ``archer`` family (``ragen.trainer.preflight``: the checks both families share,
+    ``ragen.trainer.checks``, plus :func:`check_archer`); raises one ConfigError."""
+    preflight(cfg, "archer")
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:

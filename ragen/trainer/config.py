@@ -31,6 +31,13 @@ class ConfigError(ValueError):
         super().__init__("invalid config:\n  - " + "\n  - ".join(self.problems))
 
 
+def refuse(problems: list[str]) -> None:
+    """Raise ``ValueError`` with ``problems`` (a section's value checks, from its ``__post_init__``; ``build_config``
+    names the section), or return when there are none."""
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 @dataclass(frozen=True)
 class ModelSection:
     """Which weights to train.
@@ -247,14 +254,20 @@ class AlgorithmSection:
 
     def __post_init__(self) -> None:
         _build_nested(self, "algorithm", "rollout_correction", RolloutCorrectionConfig)
-        if self.name not in ALGORITHM_NAMES:
-            raise ValueError(f"algorithm.name={self.name!r} is unknown; use one of {', '.join(ALGORITHM_NAMES)} "
-                             "(ppo: python -m ragen.train; archer, chai, filtered_bc: python -m ragen.archer)")
+        refuse(algorithm_problems(self))
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``compute_advantage``: the shared scalars, ``whiten`` and ``estimator_args``."""
         return {**{n: getattr(self, n) for n in SHARED_SCALARS}, "whiten": self.whiten,
                 "estimator_args": dict(self.estimator_args)}
+
+
+def algorithm_problems(alg: AlgorithmSection) -> list[str]:
+    """``algorithm.name`` names a trainer (the PPO family or a member of the ArCHer family)."""
+    if alg.name not in ALGORITHM_NAMES:
+        return [f"algorithm.name={alg.name!r} is unknown; use one of {', '.join(ALGORITHM_NAMES)} "
+                "(ppo: python -m ragen.train; archer, chai, filtered_bc: python -m ragen.archer)"]
+    return []
 
 
 @dataclass(frozen=True)
@@ -276,14 +289,21 @@ class SftSection:
     lr_schedule: str = "constant"
 
     def __post_init__(self) -> None:
-        if not self.lr > 0:
-            raise ValueError(f"sft.lr must be > 0, got {self.lr}")
-        if self.epochs < 1:
-            raise ValueError(f"sft.epochs must be >= 1, got {self.epochs}")
-        if not 0.0 <= self.noise <= 1.0:
-            raise ValueError(f"sft.noise must be in [0, 1] (share of random legal actions), got {self.noise}")
-        if self.lr_schedule not in ("constant", "linear"):
-            raise ValueError(f"sft.lr_schedule must be constant or linear, got {self.lr_schedule!r}")
+        refuse(sft_problems(self))
+
+
+def sft_problems(sft: SftSection) -> list[str]:
+    """The warm start's rate, epochs, noise share and schedule."""
+    out = []
+    if not sft.lr > 0:
+        out.append(f"sft.lr must be > 0, got {sft.lr}")
+    if sft.epochs < 1:
+        out.append(f"sft.epochs must be >= 1, got {sft.epochs}")
+    if not 0.0 <= sft.noise <= 1.0:
+        out.append(f"sft.noise must be in [0, 1] (share of random legal actions), got {sft.noise}")
+    if sft.lr_schedule not in ("constant", "linear"):
+        out.append(f"sft.lr_schedule must be constant or linear, got {sft.lr_schedule!r}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -369,32 +389,39 @@ class TrainerSection:
     offload: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.max_failed_steps < 0:
-            raise ValueError(f"trainer.max_failed_steps must be >= 0 (0 = never stop when every episode fails), got "
-                             f"{self.max_failed_steps}")
-        if self.max_consecutive_skips < 0:
-            raise ValueError(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
-                             f"{self.max_consecutive_skips}")
-        for key in ("worker_call_timeout_s", "worker_start_timeout_s"):
-            value = getattr(self, key)
-            if value is not None and not value > 0:
-                raise ValueError(f"trainer.{key} must be > 0 seconds or null (no limit), got {value}")
-        if self.max_restarts < 0:
-            raise ValueError(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
-                             f"{self.max_restarts}")
-        if self.offload not in OFFLOAD_MODES:
-            raise ValueError(f"trainer.offload={self.offload!r} is unknown; use one of {', '.join(OFFLOAD_MODES)}")
-        if self.placement_strategy not in PLACEMENT_STRATEGIES:
-            raise ValueError(f"trainer.placement_strategy={self.placement_strategy!r} is unknown; use one of "
-                             f"{', '.join(PLACEMENT_STRATEGIES)}")
-        if not self.placement_timeout_s > 0:
-            raise ValueError(f"trainer.placement_timeout_s must be > 0 seconds, got {self.placement_timeout_s}")
-        if self.gpu_memory_gb is not None and not self.gpu_memory_gb > 0:
-            raise ValueError(f"trainer.gpu_memory_gb must be > 0 (GiB of one training GPU, e.g. 80) or null (the "
-                             f"detected size), got {self.gpu_memory_gb}")
-        if self.memory_check not in ("refuse", "warn"):
-            raise ValueError(f"trainer.memory_check={self.memory_check!r} is unknown; use refuse (a plan that cannot "
-                             "fit the GPU fails before anything starts) or warn (print it and start anyway)")
+        refuse(trainer_problems(self))
+
+
+def trainer_problems(t: TrainerSection) -> list[str]:
+    """The trainer section's limits, timeouts, offload mode, placement and memory-check settings."""
+    out: list[str] = []
+    if t.max_failed_steps < 0:
+        out.append(f"trainer.max_failed_steps must be >= 0 (0 = never stop when every episode fails), got "
+                   f"{t.max_failed_steps}")
+    if t.max_consecutive_skips < 0:
+        out.append(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
+                   f"{t.max_consecutive_skips}")
+    for key in ("worker_call_timeout_s", "worker_start_timeout_s"):
+        value = getattr(t, key)
+        if value is not None and not value > 0:
+            out.append(f"trainer.{key} must be > 0 seconds or null (no limit), got {value}")
+    if t.max_restarts < 0:
+        out.append(f"trainer.max_restarts must be >= 0 (0 = a dead worker stops the run), got "
+                   f"{t.max_restarts}")
+    if t.offload not in OFFLOAD_MODES:
+        out.append(f"trainer.offload={t.offload!r} is unknown; use one of {', '.join(OFFLOAD_MODES)}")
+    if t.placement_strategy not in PLACEMENT_STRATEGIES:
+        out.append(f"trainer.placement_strategy={t.placement_strategy!r} is unknown; use one of "
+                   f"{', '.join(PLACEMENT_STRATEGIES)}")
+    if not t.placement_timeout_s > 0:
+        out.append(f"trainer.placement_timeout_s must be > 0 seconds, got {t.placement_timeout_s}")
+    if t.gpu_memory_gb is not None and not t.gpu_memory_gb > 0:
+        out.append(f"trainer.gpu_memory_gb must be > 0 (GiB of one training GPU, e.g. 80) or null (the "
+                   f"detected size), got {t.gpu_memory_gb}")
+    if t.memory_check not in ("refuse", "warn"):
+        out.append(f"trainer.memory_check={t.memory_check!r} is unknown; use refuse (a plan that cannot "
+                   "fit the GPU fails before anything starts) or warn (print it and start anyway)")
+    return out
 
 
 @dataclass(frozen=True)

@@ -90,31 +90,36 @@ class ArcherSection:
         return float(self.summed_micro_batches or 1)
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.capacity >= 1, f"archer.capacity={self.capacity} must be >= 1 (turns kept in the replay buffer)"),
-            (self.batch_size >= 1, f"archer.batch_size={self.batch_size} must be >= 1"),
-            (self.critic_epochs >= 0, f"archer.critic_epochs={self.critic_epochs} must be >= 0"),
-            (self.actor_epochs >= 0, f"archer.actor_epochs={self.actor_epochs} must be >= 0"),
-            (self.warmup_iter >= 0, f"archer.warmup_iter={self.warmup_iter} must be >= 0"),
-            (0.0 <= self.gamma <= 1.0, f"archer.gamma={self.gamma} must be in [0, 1]"),
-            (0.0 < self.tau <= 1.0, f"archer.tau={self.tau} must be in (0, 1] (Polyak rate of the target critic)"),
-            (self.chai_candidates >= 1, f"archer.chai_candidates={self.chai_candidates} must be >= 1"),
-            (0.0 <= self.filter_quantile <= 1.0, f"archer.filter_quantile={self.filter_quantile} must be in [0, 1]"),
-            (self.ppo_clip is None or self.ppo_clip > 0,
-             f"archer.ppo_clip={self.ppo_clip} must be > 0 (e.g. 0.2) or null (plain REINFORCE)"),
-            (self.bc_loss_agg in BC_LOSS_AGGS,
-             f"archer.bc_loss_agg={self.bc_loss_agg!r} must be one of {', '.join(BC_LOSS_AGGS)}"),
-            (self.summed_micro_batches is None or self.summed_micro_batches >= 2,
-             f"archer.summed_micro_batches={self.summed_micro_batches} must be >= 2 (the reference: 32) or null (the "
-             "mean loss; one micro-batch's mean is the mean)"),
-            (self.batch_size % max(self.summed_micro_batches or 1, 1) == 0,
-             f"archer.summed_micro_batches={self.summed_micro_batches} must divide archer.batch_size="
-             f"{self.batch_size} (the reference sums the means of equal micro-batches)"),
-            (self.critic_micro_batch_size is None or self.critic_micro_batch_size >= 1,
-             f"archer.critic_micro_batch_size={self.critic_micro_batch_size} must be >= 1 or null (one pass)"),
-            (self.offline_dialogues is None or bool(str(self.offline_dialogues).strip()),
-             "archer.offline_dialogues is empty; give a JSON file of recorded dialogues or null"),
-        ]
-        problems = [msg for ok, msg in checks if not ok]
+        problems = archer_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+
+
+def archer_problems(a: ArcherSection) -> list[str]:
+    """The ArCHer loop's sizes, rates and options (each names its key and the valid range)."""
+    checks = [
+        (a.capacity >= 1, f"archer.capacity={a.capacity} must be >= 1 (turns kept in the replay buffer)"),
+        (a.batch_size >= 1, f"archer.batch_size={a.batch_size} must be >= 1"),
+        (a.critic_epochs >= 0, f"archer.critic_epochs={a.critic_epochs} must be >= 0"),
+        (a.actor_epochs >= 0, f"archer.actor_epochs={a.actor_epochs} must be >= 0"),
+        (a.warmup_iter >= 0, f"archer.warmup_iter={a.warmup_iter} must be >= 0"),
+        (0.0 <= a.gamma <= 1.0, f"archer.gamma={a.gamma} must be in [0, 1]"),
+        (0.0 < a.tau <= 1.0, f"archer.tau={a.tau} must be in (0, 1] (Polyak rate of the target critic)"),
+        (a.chai_candidates >= 1, f"archer.chai_candidates={a.chai_candidates} must be >= 1"),
+        (0.0 <= a.filter_quantile <= 1.0, f"archer.filter_quantile={a.filter_quantile} must be in [0, 1]"),
+        (a.ppo_clip is None or a.ppo_clip > 0,
+         f"archer.ppo_clip={a.ppo_clip} must be > 0 (e.g. 0.2) or null (plain REINFORCE)"),
+        (a.bc_loss_agg in BC_LOSS_AGGS,
+         f"archer.bc_loss_agg={a.bc_loss_agg!r} must be one of {', '.join(BC_LOSS_AGGS)}"),
+        (a.summed_micro_batches is None or a.summed_micro_batches >= 2,
+         f"archer.summed_micro_batches={a.summed_micro_batches} must be >= 2 (the reference: 32) or null (the "
+         "mean loss; one micro-batch's mean is the mean)"),
+        (a.batch_size % max(a.summed_micro_batches or 1, 1) == 0,
+         f"archer.summed_micro_batches={a.summed_micro_batches} must divide archer.batch_size="
+         f"{a.batch_size} (the reference sums the means of equal micro-batches)"),
+        (a.critic_micro_batch_size is None or a.critic_micro_batch_size >= 1,
+         f"archer.critic_micro_batch_size={a.critic_micro_batch_size} must be >= 1 or null (one pass)"),
+        (a.offline_dialogues is None or bool(str(a.offline_dialogues).strip()),
+         "archer.offline_dialogues is empty; give a JSON file of recorded dialogues or null"),
+    ]
+    return [msg for ok, msg in checks if not ok]

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ragen.trainer.config import SECTIONS, TrainConfig, VLLMSection, default_section_values
+from ragen.trainer.config import SECTIONS, TrainConfig, default_section_values
+from ragen.trainer.preflight import register
 from ragen.workers.config import CriticConfig
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
@@ -247,14 +248,26 @@ def _sections(cfg: TrainConfig) -> list[str]:
     archer_keys = tuple(f.name for f in dataclasses.fields(SECTIONS["archer"]))
     out += _inert(cfg, "archer", archer_keys, "algorithm.name=ppo (the archer section is the ArCHer family's loop)",
                   "use algorithm.name=archer | chai | filtered_bc (python -m ragen.archer) or remove the override")
-    if cfg.rollout.engine != "vllm":
-        defaults = VLLMSection()
-        for f in dataclasses.fields(VLLMSection):
-            value = getattr(cfg.rollout.vllm, f.name)
+    return out + _engine_sections(cfg)
+
+
+def _engine_sections(cfg: TrainConfig) -> list[str]:
+    """The settings sections of the engines not selected (``rollout.<section>`` of each registry entry,
+    ``ragen.rollout.registry``): their keys configure another engine."""
+    from ragen.rollout.registry import engine_entries
+
+    out = []
+    for entry in engine_entries():
+        if entry.section is None or entry.name == cfg.rollout.engine or not hasattr(cfg.rollout, entry.section):
+            continue
+        section = getattr(cfg.rollout, entry.section)
+        defaults, key = type(section)(), f"rollout.{entry.section}"
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
             if _set(value, getattr(defaults, f.name)):
-                out.append(f"rollout.vllm.{f.name}={show(value)} has no effect: rollout.engine="
-                           f"{cfg.rollout.engine!r} (rollout.vllm configures the vLLM engine); set rollout.engine=vllm "
-                           f"or remove the override (default {show(getattr(defaults, f.name))})")
+                out.append(f"{key}.{f.name}={show(value)} has no effect: rollout.engine={cfg.rollout.engine!r} "
+                           f"({key} configures the {entry.label or entry.name} engine); set rollout.engine="
+                           f"{entry.name} or remove the override (default {show(getattr(defaults, f.name))})")
     return out
 
 
@@ -276,6 +289,8 @@ def _agent(cfg: TrainConfig) -> list[str]:
             "no prompt holds an earlier turn's thinking; remove the override (default 'keep')"]
 
 
+@register("inert", reads=("algorithm", "actor", "critic", "ref", "model", "archer", "rollout", "agent"),
+          after=("env_mix",), families=("ppo",))
 def check_inert(cfg: TrainConfig) -> list[str]:
     """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
     nothing reads in this configuration (see the module docstring)."""

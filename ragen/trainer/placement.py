@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ragen.rollout.registry import EngineContext, engine_entry
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import device, engine_gpus, total_gpus, training_gpus, world_size
 
@@ -101,15 +102,25 @@ def engine_bundle(cfg: TrainConfig) -> tuple[int, float]:
     return training_gpus(cfg), 1.0
 
 
-def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str) -> dict[str, Any]:
-    """``VLLMEngine`` keyword arguments from ``rollout.vllm`` (sleep mode only on GPU, where it exists)."""
-    v = cfg.rollout.vllm
-    on_gpu = device(cfg) == "cuda"
-    return {"model": model_path, "device": device(cfg), "dtype": dtype,
-            "gpu_memory_utilization": v.gpu_memory_utilization, "tensor_parallel_size": v.tensor_parallel_size,
-            "enforce_eager": v.enforce_eager,
-            "enable_sleep_mode": v.enable_sleep_mode and on_gpu and not engine_gpus(cfg),  # own GPUs: no need
-            "max_num_seqs": v.max_num_seqs, "max_model_len": cfg.agent.max_model_len, "seed": cfg.trainer.seed}
+def engine_context(cfg: TrainConfig, model_path: str, tokenizer: Any, dtype: str) -> EngineContext:
+    """What the rollout engine of a run of ``cfg`` is built from (``ragen.rollout.registry.EngineContext``): the
+    policy's weights folder, tokenizer, device, weight ``dtype``, whether some env plays several turns, the
+    agent's ``max_model_len``, the run's seed and whether the engine has GPUs of its own."""
+    from ragen.trainer.env_mix import train_groups, val_groups
+
+    groups = [*train_groups(cfg), *val_groups(cfg)]
+    return EngineContext(model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype,
+                         multi_turn=any(g.env.max_turn > 1 for g in groups), max_model_len=cfg.agent.max_model_len,
+                         seed=cfg.trainer.seed, own_gpus=bool(engine_gpus(cfg)))
+
+
+def engine_kwargs(cfg: TrainConfig, model_path: str, dtype: str, tokenizer: Any = None) -> dict[str, Any]:
+    """The keyword arguments of ``rollout.engine``'s constructor (its registry entry's ``EngineEntry.kwargs``; for
+    vLLM ``rollout.vllm``'s keys, sleep mode only on GPUs shared with training); ``tokenizer`` None: left out."""
+    entry = engine_entry(cfg.rollout.engine)
+    section = getattr(cfg.rollout, entry.section) if entry.section else None
+    kwargs = entry.kwargs(section, engine_context(cfg, model_path, tokenizer, dtype))
+    return kwargs if tokenizer is not None else {k: v for k, v in kwargs.items() if k != "tokenizer"}
 
 
 class RemoteEngine:

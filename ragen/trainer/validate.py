@@ -2,15 +2,17 @@
 values that would change nothing (``ragen.trainer.inert``), on top of the checks both families share
 (``ragen.trainer.checks``). They run before Ray or any model starts, so a bad config fails in seconds.
 
-Every message names the offending key(s), the bad value, and how to fix it. :func:`validate_ppo` collects all
-problems and raises one :class:`ConfigError`; ``ragen.launch.validate`` picks it or the ArCHer family's checks by
-``algorithm.name``.
+Each is registered with the preflight registry (``ragen.trainer.preflight``) for the ``ppo`` family, whose
+``per_env`` checks run once per env of the run (``ragen.trainer.env_mix.per_env_configs``). Every message names the
+offending key(s), the bad value, and how to fix it. :func:`validate_ppo` runs the family's checks and raises one
+:class:`ConfigError`; ``ragen.launch.validate`` runs the checks of ``cfg``'s family.
 """
 
 from __future__ import annotations
 
+import ragen.trainer.checks  # noqa: F401  (registers the checks both families share)
+import ragen.trainer.inert  # noqa: F401  (registers the inert-value rules)
 from ragen.algorithms.registry import estimator_args_problems
-from ragen.trainer.checks import check_agent, check_attention, check_env, check_trainer, check_warm_start
 from ragen.trainer.config import ConfigError, TrainConfig
 from ragen.trainer.derived import (
     GROUP_ESTIMATORS,
@@ -21,7 +23,10 @@ from ragen.trainer.derived import (
     uses_kl,
     world_size,
 )
-from ragen.trainer.inert import check_inert
+from ragen.trainer.env_mix import per_env_configs
+from ragen.trainer.preflight import preflight, register, register_family
+
+register_family("ppo", ("ppo",), envs=per_env_configs)
 
 RETURN_MODES = ("adv_plus_value", "reward_to_go")
 KL_KINDS = ("k1", "k2", "k3")
@@ -64,6 +69,16 @@ def _split_or_false(name: str) -> bool:
         return False
 
 
+@register("env_mix", reads=("rollout.train_envs", "rollout.val_envs", "env"), families=("ppo",))
+def check_env_mix(cfg: TrainConfig) -> list[str]:
+    """``rollout.train_envs`` / ``val_envs``: every entry names an env config (``per_env_configs`` builds them)."""
+    try:
+        per_env_configs(cfg)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
 def check_rollout_correction(cfg: TrainConfig) -> list[str]:
     """``algorithm.rollout_correction``: a known mode and aggregation, a truncation of at least 1 (a smaller one
     would down-weight tokens on which the engine and the trainer agree) and a band around 1."""
@@ -82,6 +97,8 @@ def check_rollout_correction(cfg: TrainConfig) -> list[str]:
     return out
 
 
+@register("algorithm", reads=("algorithm", "critic.enable", "rollout.group_size", "actor.lora_rank", "ref.enable",
+                              "actor.use_kl_loss", "env.name"), after=("env_mix",), families=("ppo",))
 def check_algorithm(cfg: TrainConfig) -> list[str]:
     alg, out = cfg.algorithm, check_rollout_correction(cfg)
     names = _estimators()
@@ -133,6 +150,9 @@ def _check_batching(section: str, mini: int, micro: int, batch: int | None, worl
     return out
 
 
+@register("batches", reads=("actor.mini_batch_size", "actor.micro_batch_size", "critic.mini_batch_size",
+                            "critic.micro_batch_size", "agent.layout", "rollout", "algorithm.rollout_filter_ratio",
+                            "trainer"), after=("env_mix", "world_sizes", "groups"), families=("ppo",))
 def check_batches(cfg: TrainConfig) -> list[str]:
     batch, out = train_batch_size(cfg), []
     rows = None if cfg.agent.layout == "turn" else batch
@@ -147,6 +167,8 @@ def check_batches(cfg: TrainConfig) -> list[str]:
     return out
 
 
+@register("credit", reads=("critic.mask_env_tokens", "algorithm.estimator", "algorithm.skip_env_tokens",
+                           "algorithm.lam"), after=("env_mix",), families=("ppo",), per_env=True)
 def check_credit(cfg: TrainConfig) -> list[str]:
     """Critic and estimator settings under which values at env tokens would be trained or read wrongly."""
     alg, out = cfg.algorithm, []
@@ -164,35 +186,8 @@ def check_credit(cfg: TrainConfig) -> list[str]:
 
 def validate_ppo(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of the PPO-family job ``cfg`` (nothing is started before
-    this passes): the shared checks per env of the run, then the PPO family's own."""
-    from ragen.trainer.env_mix import per_env_configs
-
+    this passes): the registered checks of the ``ppo`` family (``ragen.trainer.preflight``)."""
     if cfg.algorithm.name != "ppo":
         raise ConfigError([f"algorithm.name={cfg.algorithm.name!r} is not the PPO family (algorithm.name=ppo); the "
                            "ArCHer family runs with python -m ragen.archer"])
-    try:
-        envs = per_env_configs(cfg)
-    except ConfigError as exc:  # a rollout.train_envs / val_envs entry that names no env config
-        raise ConfigError(exc.problems + check_trainer(cfg)) from None
-    problems = check_algorithm(cfg) + check_trainer(cfg) + check_attention(cfg) + check_inert(cfg)
-    for sub in envs:  # each env of the run with its own turn limits, prompts and expert
-        problems += check_env(sub) + check_credit(sub) + check_agent(sub) + check_warm_start(sub)
-    problems = list(dict.fromkeys(problems))
-    if not any("world_size" in p or "n_groups" in p for p in problems):
-        problems += check_batches(cfg)
-    if not problems:
-        problems += _check_agent_config(cfg)
-    if problems:
-        raise ConfigError(problems)
-
-
-def _check_agent_config(cfg: TrainConfig) -> list[str]:
-    """The agent proxy's own checks (``AgentConfig.__post_init__``: sizes, timeouts...), so they also fail before
-    any worker starts; messages name the trainer's keys."""
-    try:
-        cfg.agent_config()
-    except ValueError as exc:
-        msg = str(exc).replace("AgentConfig.max_turn", "env.max_turn")
-        return [msg.replace("AgentConfig.max_actions_per_turn", "env.max_actions_per_turn").replace(
-            "AgentConfig.", "agent.")]
-    return []
+    preflight(cfg, "ppo")

@@ -15,6 +15,7 @@ value clip 0.5, KL as a k3 ("low-variance") loss when enabled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ragen.utils.hardware import MIXED_PRECISIONS
 
@@ -29,33 +30,39 @@ LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 
 
-def _check_common(cfg, prefix: str) -> None:
-    """Validate the optimisation / batching fields both configs share (``prefix`` names the YAML group)."""
+def common_problems(cfg: Any, prefix: str) -> list[str]:
+    """The optimisation / batching fields the actor and critic configs share (``prefix`` names the YAML group)."""
+    out = []
     if len(tuple(cfg.betas)) != 2:
-        raise ValueError(f"{prefix}.betas={cfg.betas} must be two numbers, e.g. [0.9, 0.999]")
-    object.__setattr__(cfg, "betas", tuple(float(b) for b in cfg.betas))  # YAML gives a list
+        out.append(f"{prefix}.betas={cfg.betas} must be two numbers, e.g. [0.9, 0.999]")
     if cfg.lr < 0:
-        raise ValueError(f"{prefix}.lr={cfg.lr} must be >= 0")
+        out.append(f"{prefix}.lr={cfg.lr} must be >= 0")
     if cfg.lr_schedule not in LR_SCHEDULES:
-        raise ValueError(f"{prefix}.lr_schedule={cfg.lr_schedule!r} is unknown; use one of {LR_SCHEDULES}")
+        out.append(f"{prefix}.lr_schedule={cfg.lr_schedule!r} is unknown; use one of {LR_SCHEDULES}")
     if cfg.lr_schedule == "cosine" and cfg.total_steps is not None and cfg.total_steps < 1:
-        raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps) or "
-                         f"null (derived from trainer.total_steps by the trainer), got {cfg.total_steps}")
+        out.append(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps) or null "
+                   f"(derived from trainer.total_steps by the trainer), got {cfg.total_steps}")
     if cfg.warmup_steps < 0:
-        raise ValueError(f"{prefix}.warmup_steps={cfg.warmup_steps} must be >= 0")
+        out.append(f"{prefix}.warmup_steps={cfg.warmup_steps} must be >= 0")
     if not 0.0 <= cfg.min_lr_ratio <= 1.0:
-        raise ValueError(f"{prefix}.min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
+        out.append(f"{prefix}.min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
     if cfg.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"{prefix}.mixed_precision={cfg.mixed_precision!r} is unknown; use one of {MIXED_PRECISION}")
+        out.append(f"{prefix}.mixed_precision={cfg.mixed_precision!r} is unknown; use one of {MIXED_PRECISION}")
     if cfg.loss_agg not in LOSS_AGG:
-        raise ValueError(f"{prefix}.loss_agg={cfg.loss_agg!r} is unknown; use one of {LOSS_AGG}")
+        out.append(f"{prefix}.loss_agg={cfg.loss_agg!r} is unknown; use one of {LOSS_AGG}")
     for name in ("ppo_epochs", "mini_batch_size", "micro_batch_size"):
         if getattr(cfg, name) < 1:
-            raise ValueError(f"{prefix}.{name}={getattr(cfg, name)} must be >= 1")
+            out.append(f"{prefix}.{name}={getattr(cfg, name)} must be >= 1")
     if cfg.infer_micro_batch_size is not None and cfg.infer_micro_batch_size < 1:
-        raise ValueError(f"{prefix}.infer_micro_batch_size={cfg.infer_micro_batch_size} must be >= 1 or null")
+        out.append(f"{prefix}.infer_micro_batch_size={cfg.infer_micro_batch_size} must be >= 1 or null")
     if cfg.grad_clip is not None and cfg.grad_clip <= 0:
-        raise ValueError(f"{prefix}.grad_clip={cfg.grad_clip} must be > 0 or null (no clipping)")
+        out.append(f"{prefix}.grad_clip={cfg.grad_clip} must be > 0 or null (no clipping)")
+    return out
+
+
+def _refuse(problems: list[str]) -> None:
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -118,24 +125,30 @@ class ActorConfig:
         return self.lora_rank > 0
 
     def __post_init__(self) -> None:
-        _check_common(self, "actor")
-        object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))  # YAML gives a list
-        if self.lora_rank < 0:
-            raise ValueError(f"actor.lora_rank={self.lora_rank} must be >= 0 (0 = train all weights, e.g. 16 = LoRA)")
-        if self.lora and (self.lora_alpha <= 0 or not self.lora_target_modules):
-            raise ValueError(f"actor.lora_rank={self.lora_rank} needs actor.lora_alpha > 0 (got {self.lora_alpha}) "
-                             "and some actor.lora_target_modules "
-                             f"(got {list(self.lora_target_modules)}, e.g. [q_proj, v_proj])")
-        if self.clip_low < 0 or self.clip_high < 0:
-            raise ValueError(f"actor.clip_low={self.clip_low} / actor.clip_high={self.clip_high} must be >= 0")
-        if self.dual_clip is not None and self.dual_clip <= 1.0:
-            raise ValueError(f"actor.dual_clip={self.dual_clip} must be > 1 (e.g. 3.0) or null to disable")
-        if self.kl_kind not in KL_KINDS:
-            raise ValueError(f"actor.kl_kind={self.kl_kind!r} is unknown; use one of {KL_KINDS}")
-        if self.temperature <= 0:
-            raise ValueError(f"actor.temperature={self.temperature} must be > 0 (use the rollout temperature)")
-        if self.log_prob_chunk_size < 1:
-            raise ValueError(f"actor.log_prob_chunk_size={self.log_prob_chunk_size} must be >= 1")
+        _refuse(actor_problems(self))
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))  # YAML gives a list
+        object.__setattr__(self, "lora_target_modules", tuple(self.lora_target_modules))
+
+
+def actor_problems(a: Any) -> list[str]:
+    """The actor section's values (:func:`common_problems` plus LoRA, clipping, KL and temperature)."""
+    out = common_problems(a, "actor")
+    if a.lora_rank < 0:
+        out.append(f"actor.lora_rank={a.lora_rank} must be >= 0 (0 = train all weights, e.g. 16 = LoRA)")
+    if a.lora_rank > 0 and (a.lora_alpha <= 0 or not a.lora_target_modules):
+        out.append(f"actor.lora_rank={a.lora_rank} needs actor.lora_alpha > 0 (got {a.lora_alpha}) and some "
+                   f"actor.lora_target_modules (got {list(a.lora_target_modules)}, e.g. [q_proj, v_proj])")
+    if a.clip_low < 0 or a.clip_high < 0:
+        out.append(f"actor.clip_low={a.clip_low} / actor.clip_high={a.clip_high} must be >= 0")
+    if a.dual_clip is not None and a.dual_clip <= 1.0:
+        out.append(f"actor.dual_clip={a.dual_clip} must be > 1 (e.g. 3.0) or null to disable")
+    if a.kl_kind not in KL_KINDS:
+        out.append(f"actor.kl_kind={a.kl_kind!r} is unknown; use one of {KL_KINDS}")
+    if a.temperature <= 0:
+        out.append(f"actor.temperature={a.temperature} must be > 0 (use the rollout temperature)")
+    if a.log_prob_chunk_size < 1:
+        out.append(f"actor.log_prob_chunk_size={a.log_prob_chunk_size} must be >= 1")
+    return out
 
 
 VALUE_GRADS = ("backbone", "head")  # SharedValueHead.grad / critic.shared_value_grad
@@ -193,6 +206,13 @@ class CriticConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check_common(self, "critic")
-        if self.value_clip is not None and self.value_clip <= 0:
-            raise ValueError(f"critic.value_clip={self.value_clip} must be > 0 or null to disable")
+        _refuse(critic_worker_problems(self))
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))  # YAML gives a list
+
+
+def critic_worker_problems(c: Any) -> list[str]:
+    """The critic worker's values (:func:`common_problems` plus the value clip)."""
+    out = common_problems(c, "critic")
+    if c.value_clip is not None and c.value_clip <= 0:
+        out.append(f"critic.value_clip={c.value_clip} must be > 0 or null to disable")
+    return out

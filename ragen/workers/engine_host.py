@@ -104,7 +104,9 @@ def vllm_environ(rank: int, world_size: int) -> dict[str, str]:
 def engine_kwargs_for(spec: EngineSpec, device: torch.device, world_size: int) -> dict[str, Any]:
     """``spec.kwargs`` with this rank's device (``cuda`` means the rank's own GPU), and for vLLM on several ranks
     the executor that joins the ranks' process group."""
-    kwargs = {**spec.kwargs, "device": str(device) if spec.name == "hf" else device.type}
+    from ragen.rollout.registry import engine_entry
+
+    kwargs = {**spec.kwargs, "device": str(device) if engine_entry(spec.name).device_index else device.type}
     if spec.name == "vllm" and world_size > 1:
         kwargs["distributed_executor_backend"] = "external_launcher"
     return kwargs
@@ -124,8 +126,11 @@ class EngineHost:
                  make: Any = None):
         if make is None:
             from ragen.rollout import make_engine as make
-        if spec.name not in ("hf", "vllm"):
-            raise ValueError(f"engine {spec.name!r} cannot be hosted by a worker; use hf or vllm")
+        from ragen.rollout.registry import engine_entries, engine_entry
+
+        if not engine_entry(spec.name).hosted:
+            hosted = [e.name for e in engine_entries() if e.hosted]
+            raise ValueError(f"engine {spec.name!r} cannot be hosted by a worker; use one of {', '.join(hosted)}")
         kwargs = engine_kwargs_for(spec, device, world_size)
         env = vllm_environ(rank, world_size) if spec.name == "vllm" else {}
         with _environ(env):

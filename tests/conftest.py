@@ -1,7 +1,8 @@
 """Fixtures shared by the whole suite (pytest finds them without imports; never ``from conftest import ...``).
 
 * ``default_tokenizer``: the packaged default model's tokenizer (session-wide).
-* ``char_tokenizer``: a one-id-per-character stand-in with a plain-text chat template (no files, no model).
+* ``char_tokenizer``: a one-id-per-character stand-in with a plain-text chat template (no files, no model;
+  ``factories.CharTokenizer``).
 * ``fake_engine``: the class of a scripted ``Engine`` that records every call (build it with a script).
 * ``subprocess_env``: ``os.environ`` scrubbed for child processes of the trainer (no wandb keys, no Ray cluster).
 * ``check_env_config_file``: ``config/env/<name>.yaml`` documents exactly the env's config keys.
@@ -28,6 +29,7 @@ from ragen.allocator import tune_process
 tune_process()  # the suite is one of ragen's programs: its process settings, before torch loads (ragen/allocator.py)
 
 import torch  # noqa: E402
+from factories import CharTokenizer  # noqa: E402
 
 from ragen.rollout.base import Sample, SamplingParams  # noqa: E402
 
@@ -43,27 +45,6 @@ def default_tokenizer():
     from ragen.models import load_tokenizer
 
     return load_tokenizer()
-
-
-class CharTokenizer:
-    """One id per character (``ord``), a plain-text chat template: ``<role>content</role>`` per message."""
-
-    eos_token_id = None
-    pad_token_id = None
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
-        text = "".join(f"<{m['role']}>{m['content']}</{m['role']}>" for m in messages)
-        text += "<assistant>" if add_generation_prompt else ""
-        return [ord(c) for c in text] if tokenize else text
-
-    def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": self.encode(text)}
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) for c in text]
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(chr(i) for i in ids)
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,13 @@ from ragen.trainer.config import SECTIONS, ConfigError, TrainConfig, default_sec
 from ragen.trainer.validate import STEP_SPLIT_ESTIMATORS
 
 CONFIG = config_dir()
+GAME = "env.config.game_path=/data/games/detective.z5"  # text_adventure's required file (never opened)
 PRIMARY = sorted(p.stem for p in CONFIG.glob("*.yaml"))
-# recipe/ options are chosen by the experiment configs per device (tests/test_recipes.py), not composed on base
-GROUP_OPTIONS = sorted((d.name, p.stem) for d in CONFIG.iterdir() if d.is_dir() and d.name != "recipe"
+# recipe/ options are chosen by the experiment configs per device (tests/test_recipes.py), not composed on base;
+# preset/ options are appended to any config (+preset=<name>; test_presets_compose_last_on_every_config)
+GROUP_OPTIONS = sorted((d.name, p.stem) for d in CONFIG.iterdir() if d.is_dir() and d.name not in ("recipe", "preset")
                        for p in d.glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (CONFIG / "preset").glob("*.yaml"))
 
 
 def test_config_tree_is_found():
@@ -60,6 +63,25 @@ def test_group_options_compose(group, option):
         assert cfg.algorithm.estimator == option
     if group == "env":  # the file's env (frozen_lake_3x3.yaml is frozen_lake on 3x3 maps)
         assert cfg.env.name == OmegaConf.load(CONFIG / "env" / f"{option}.yaml").name
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("name", PRIMARY)
+def test_presets_compose_last_on_every_config(name, preset):
+    """``+preset=<p>`` composes on every config and validates; its values win over the config's recipe and the keys
+    typed beside it win over the preset."""
+    extra = [GAME] if name == "archer_text_adventure" else []
+    raw = OmegaConf.load(CONFIG / "preset" / f"{preset}.yaml")
+    cfg = to_train_config(compose(name, [f"+preset={preset}", *extra]))
+    if not extra:  # text_adventure's env opens its game file when validated
+        validate(cfg)
+    for section, values in OmegaConf.to_container(raw).items():
+        for key, value in (values.items() if section != "defaults" else ()):
+            assert getattr(getattr(cfg, section), key) == value, key
+    if preset == "tiny":
+        assert cfg.model.tiny and cfg.rollout.n_groups == 2
+        typed = to_train_config(compose(name, [f"+preset={preset}", "rollout.n_groups=3", *extra]))
+        assert typed.rollout.n_groups == 3
 
 
 def _resolved_base() -> dict:

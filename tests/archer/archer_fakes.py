@@ -7,19 +7,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from factories import IdTextTokenizer
 
 from ragen.archer.buffer import Transition
 from ragen.archer.trainer import ArcherTrainer
 from ragen.trainer.compose import load_train_config
 
 EOT = 99
-
-
-class WordTokenizer:
-    """Ids <-> space-separated numbers ("1 2 3")."""
-
-    def decode(self, ids, skip_special_tokens=False):
-        return " ".join(str(i) for i in ids)
 
 
 class RecordingGroup:
@@ -55,14 +49,14 @@ def trainer_with_fakes(config: str, engine: Any, overrides: list[str] = (), **gr
     """An ``ArcherTrainer`` of ``config`` (not set up) whose engine, tokenizer, proxy and worker groups are fakes."""
     cfg = load_train_config(config, ["trainer.output_dir=/nonexistent", *overrides])
     trainer = ArcherTrainer(cfg)
-    trainer.engine, trainer.tokenizer = engine, WordTokenizer()
+    trainer.engine, trainer.tokenizer = engine, IdTextTokenizer()
     trainer.proxy = SimpleNamespace(fmt=SimpleNamespace(eot_id=EOT), pad_id=0)
     trainer.workers = dict(groups)
     return trainer
 
 
 def record(episode: int, turn: int, traj_reward: float, prompt: list[int], action: list[int]) -> Transition:
-    dec = WordTokenizer().decode
+    dec = IdTextTokenizer().decode
     return Transition(state=dec(prompt), action=dec(action), reward=-1.0, next_state=dec(prompt + action), done=False,
                       traj_reward=traj_reward, mc_return=-1.0, prompt_ids=list(prompt), action_ids=list(action),
                       episode=episode, turn=turn)

@@ -2,29 +2,21 @@
 
 import pytest
 import torch
+from factories import IdTextTokenizer, rollout_batch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.archer.transitions import policy_batch, transitions_from_batch
+
+_decode = IdTextTokenizer().decode
 
 
 def _batch(truncated: bool) -> RolloutBatch:
     # episode 0: turn 0 = prompt [1, 2] + response [3, 4]; turn 1 = prompt [1, 2, 3, 4, 5] + response [6];
     # episode 1 failed (placeholder row). Pad id 0.
-    ids = torch.tensor([[1, 2, 3, 4, 0, 0], [1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0]])
-    resp = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0]])
-    attn = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]])
-    turn = torch.where(resp.bool(), torch.tensor([[0], [1], [-1]]).expand(3, 6), torch.full((3, 6), -1))
-    rewards = torch.tensor([[-1.0, 0.0], [-1.0, 0.0], [0.0, 0.0]])
-    return RolloutBatch(
-        input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=turn, token_rewards=torch.zeros(3, 6),
-        sample_log_probs=torch.zeros(3, 6), group_ids=torch.tensor([0, 0, 1]), turn_rewards=rewards,
-        num_turns=torch.tensor([2, 2, 0]), truncated=torch.tensor([truncated, truncated, False]),
-        extra={"episode_index": torch.tensor([0, 0, 1]), "turn_index": torch.tensor([0, 1, -1]),
-               "failed": torch.tensor([False, False, True])})
-
-
-def _decode(ids):
-    return " ".join(map(str, ids))
+    return rollout_batch(
+        [[([1, 2], -1), ([3, 4], 0)], [([1, 2, 3, 4, 5], -1), ([6], 1)], [([0], -1)]], [[-1.0, 0.0], [-1.0, 0.0], []],
+        group_ids=[0, 0, 1], truncated=[truncated, truncated, False], turn_rows=([0, 0, 1], [0, 1, -1]),
+        failed=[False, False, True], token_rewards=torch.zeros(3, 6))
 
 
 def test_records_of_one_episode():
@@ -58,15 +50,9 @@ def test_a_turn_before_an_empty_response_still_bootstraps():
     is not terminal (s' = turn 1's prompt), turn 1 is a record without action tokens, and only turn 2, the
     episode's last, is done."""
     eot = 9
-    ids = torch.tensor([[1, 2, 3, 0, 0, 0, 0], [1, 2, 3, 4, eot, 0, 0], [1, 2, 3, 4, eot, 5, 6]])
-    resp = torch.tensor([[0, 0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 1]])
-    attn = torch.tensor([[1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
-    batch = RolloutBatch(
-        input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=torch.where(resp.bool(), 0, -1),
-        token_rewards=torch.zeros(3, 7), sample_log_probs=torch.zeros(3, 7), group_ids=torch.zeros(3).long(),
-        turn_rewards=torch.tensor([[-1.0, -1.0, 0.0]] * 3), num_turns=torch.tensor([3, 3, 3]),
-        truncated=torch.tensor([False] * 3),
-        extra={"episode_index": torch.tensor([0, 0, 0]), "turn_index": torch.tensor([0, 1, 2])})
+    batch = rollout_batch(
+        [[([1, 2], -1), ([3], 0)], [([1, 2, 3, 4, eot], -1)], [([1, 2, 3, 4, eot, 5], -1), ([6], 0)]],
+        [[-1.0, -1.0, 0.0]] * 3, group_ids=[0, 0, 0], turn_rows=([0, 0, 0], [0, 1, 2]), token_rewards=torch.zeros(3, 7))
     recs, totals = transitions_from_batch(batch, _decode, gamma=1.0)
     assert totals == [-2.0]
     assert [(r.state, r.action, r.next_state, r.done) for r in recs] == [

@@ -5,9 +5,10 @@ import json
 import re
 
 import torch
+from factories import rollout_batch
 from report_helpers import block_id, episode_blocks, model_token_count, token_spans
 
-from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
+from ragen.agent.batch import EpisodeRecord, TurnRecord
 from ragen.report import Credit, build_report, episode_token_records, pending_steps, sample_indices
 from ragen.report.build import chart_specs, timing_table
 from ragen.report.episodes import advantage_color, section_scale
@@ -133,18 +134,12 @@ def test_sample_indices():
 
 def _turn_layout_batch():
     """Turn layout: 3 rows, episode 1's turns in rows 2 (turn 0) and 0 (turn 1), episode 0 in row 1; padded to 5."""
-    ids = torch.tensor([[70, 71, 72, 73, 0], [80, 81, 82, 0, 0], [90, 91, 92, 93, 94]])
-    attn = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
-    resp = torch.tensor([[0, 0, 1, 1, 0], [0, 1, 1, 0, 0], [0, 0, 0, 1, 1]])
-    tids = torch.where(resp.bool(), torch.tensor([[1], [0], [0]]), torch.tensor(-1))
     eps = [EpisodeRecord("fl", 11, 1, [TurnRecord("o", "r", ["a"], 0.0, False, True)] * 2, success=True),
            EpisodeRecord("fl", 10, 0, [TurnRecord("o", "r", ["a"], -0.1, False, True)])]
-    return RolloutBatch(
-        input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=tids, token_rewards=torch.zeros(3, 5),
-        sample_log_probs=torch.zeros(3, 5), group_ids=torch.tensor([1, 0, 1]),
-        turn_rewards=torch.tensor([[0.0, 1.0], [-0.1, 0.0], [0.0, 1.0]]), num_turns=torch.tensor([2, 1, 2]),
-        truncated=torch.zeros(3, dtype=torch.bool), episodes=[eps[0], eps[1], eps[0]],
-        extra={"episode_index": torch.tensor([1, 0, 1]), "turn_index": torch.tensor([1, 0, 0])})
+    return rollout_batch(
+        [[([70, 71], -1), ([72, 73], 1)], [([80], -1), ([81, 82], 0)], [([90, 91, 92], -1), ([93, 94], 0)]],
+        [[0.0, 1.0], [-0.1], [0.0, 1.0]], group_ids=[1, 0, 1], turn_rows=([1, 0, 1], [1, 0, 0]),
+        episodes=[eps[0], eps[1], eps[0]], token_rewards=torch.zeros(3, 5))
 
 
 def test_episode_token_records_turn_layout(char_tokenizer):

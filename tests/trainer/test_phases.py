@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from factories import rollout_batch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord, episode_records
 from ragen.trainer.phases import (
@@ -19,17 +20,12 @@ from ragen.trainer.state import rng_preserved, trim_metrics
 
 
 def _batch(rewards: list[float], group_size: int) -> RolloutBatch:
+    """One-turn rows of 6 tokens (ids 6i..6i+5): a 2-token prompt, a 3-token response, an end-of-turn token."""
     b, t = len(rewards), 6
-    resp = torch.zeros(b, t, dtype=torch.long)
-    resp[:, 2:5] = 1
-    turn_ids = torch.where(resp.bool(), 0, -1)
-    token_rewards = torch.zeros(b, t)
-    token_rewards[:, 4] = torch.tensor(rewards)
-    return RolloutBatch(
-        input_ids=torch.arange(b * t).view(b, t), attention_mask=torch.ones(b, t, dtype=torch.long),
-        response_mask=resp, turn_ids=turn_ids, token_rewards=token_rewards, sample_log_probs=torch.zeros(b, t),
-        group_ids=torch.arange(b) // group_size, turn_rewards=torch.tensor(rewards).view(b, 1),
-        num_turns=torch.ones(b, dtype=torch.long), truncated=torch.zeros(b, dtype=torch.bool),
+    ids = torch.arange(b * t).view(b, t).tolist()
+    return rollout_batch(
+        [[(row[:2], -1), (row[2:5], 0), (row[5:], -1)] for row in ids], [[r] for r in rewards],
+        group_ids=torch.arange(b) // group_size,
         episodes=[EpisodeRecord("bandit", 7 + i // group_size, i // group_size,
                                 [TurnRecord("obs", "<answer>x</answer>", ["x"], r, r > 0.5, True)], r > 0.5)
                   for i, r in enumerate(rewards)],

@@ -1,7 +1,7 @@
-"""GPU placement and the engines' sleep / wake schedule, through fakes that record calls and their order (no GPU,
-no vLLM): one shared placement group with a {"GPU": 1, "CPU": k} bundle per GPU, rank r of every role in bundle r,
-one engine hosted by every actor rank (data parallel) or a separate engine on its own GPUs, the layouts that are
-refused, and rollout -> sleep -> train -> wake weights -> sync -> wake KV cache in a real (tiny, in-process)
+"""GPU placement and the engines' sleep / wake schedule, through fakes (no GPU, no vLLM): what runs where in a
+cluster that admits actors as Ray does (every rank and engine fits the GPU bundles, ranks of one role on distinct
+GPUs), one engine hosted by every actor rank (data parallel) or a separate engine on its own GPUs, the layouts that
+are refused, and rollout -> sleep -> train -> wake weights -> sync -> wake KV cache in a real (tiny, in-process)
 training step."""
 
 from types import SimpleNamespace
@@ -21,45 +21,115 @@ def _cfg(*overrides):
     return to_train_config(compose("base", list(overrides)))
 
 
-def test_shared_placement_group_one_bundle_per_gpu():
-    made = []
+class FakeCluster:
+    """The GPU bundles of a run's shared placement group, and Ray's admission rule inside them: an actor asking for
+    ``num_gpus`` / ``num_cpus`` in bundle i starts only while bundle i has that much of each left. ``where`` maps each
+    started actor to its bundle (= GPU index)."""
+
+    def __init__(self, bundles):
+        self.bundles, self.free, self.where = bundles, [dict(b) for b in bundles], {}
+
+    def start(self, name, bundle, num_gpus, num_cpus):
+        free = self.free[bundle]
+        assert free["GPU"] >= num_gpus - 1e-9 and free["CPU"] >= num_cpus - 1e-9, (
+            f"{name} asks for GPU {num_gpus}, CPU {num_cpus} in bundle {bundle}, which has {free} left")
+        free["GPU"] -= num_gpus
+        free["CPU"] -= num_cpus
+        self.where[name] = bundle
+
+
+def _start_run(cfg, monkeypatch):
+    """Everything a Ray run of ``cfg`` on GPUs starts, in a :class:`FakeCluster`: the shared placement group, the
+    worker groups of ``build_workers`` (rank r in bundle r, as ``WorkerGroup`` places them; a 0-CPU port probe in
+    bundle 0) and, with a separate engine, the engine actor of ``start_engine_actor``. Returns (cluster, {role:
+    (the engine spec its ranks host, timeouts)}) in start order."""
+    cluster = None
 
     def make_pg(bundles, strategy):
-        made.append((bundles, strategy))
-        return "pg"
+        nonlocal cluster
+        cluster = FakeCluster(bundles)
+        return cluster
 
-    cfg = _cfg(*GPU8, "trainer.cpus_per_worker=2", "critic.enable=true", "ref.enable=false")
-    assert placement.shared_placement_group(cfg, make_pg) == "pg"
-    # actor + critic ranks (2 CPUs each) + 1 CPU for the engine / helpers, on each of the 8 GPUs
-    assert made == [([{"GPU": 1.0, "CPU": 5.0}] * 8, "PACK")]
-    assert placement.shared_placement_group(_cfg("trainer.device=cpu"), make_pg) is None
-    assert placement.shared_placement_group(_cfg(*GPU8, "trainer.use_ray=false"), make_pg) is None
+    groups = {}
+
+    class PlacedGroup:
+        def __init__(self, worker_cls, world_size, resources_per_worker, placement_group, **kw):
+            assert placement_group is cluster  # every role in the run's one placement group
+            role = kw["label"]
+            groups[role] = (kw.get("engine"), (kw["call_timeout_s"], kw["ready_timeout_s"]))
+            placement_group.start(f"{role} port probe", 0, 0, 0)
+            for r in range(world_size):
+                placement_group.start(f"{role}{r}", r, resources_per_worker.get("GPU", 0),
+                                      resources_per_worker.get("CPU", 0))
+
+    monkeypatch.setattr("ragen.workers.WorkerGroup", PlacedGroup)
+    pg = placement.shared_placement_group(cfg, make_pg)
+    builders.build_workers(cfg, "model-dir", placement_group=pg, engine=builders.hosted_engine_spec(cfg, "m", "tok"))
+    if placement.engine_placement(cfg).where == "separate":
+        def remote(cls):
+            def options(num_gpus, num_cpus, scheduling_strategy, **_):
+                pg.start("engine", scheduling_strategy.placement_group_bundle_index, num_gpus, num_cpus)
+                return SimpleNamespace(remote=lambda **kw: SimpleNamespace())
+
+            return SimpleNamespace(options=options)
+
+        placement.start_engine_actor(cfg, pg, type("VLLMEngine", (), {}), "tok", "/m", "bfloat16", remote=remote)
+    return cluster, groups
+
+
+LAYOUTS = {
+    "colocated, critic and ref": [*GPU8, "critic.enable=true", "ref.enable=true"],
+    "colocated, 2 CPUs per worker": [*GPU8, "trainer.cpus_per_worker=2", "critic.enable=true", "ref.enable=false"],
+    "hf engine, 4 actor ranks": [*GPU8, "rollout.engine=hf", "trainer.actor_world_size=4", "critic.enable=true"],
+    "separate engine": [*GPU8, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1",
+                        "critic.enable=true", "ref.enable=true"],
+    "separate engine, tensor parallel 2": [*GPU8, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=2",
+                                           "rollout.vllm.tensor_parallel_size=2", "critic.enable=true"],
+    "two nodes": [*GPU8, "trainer.nnodes=2", "critic.enable=true", "ref.enable=true"],
+}
+
+
+@pytest.mark.parametrize("overrides", LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_every_rank_and_engine_fits_its_gpu_and_no_two_ranks_of_a_role_share_one(overrides, monkeypatch):
+    """What runs where: one bundle per declared GPU; every rank of every role and the separate engine start in the
+    bundles (their GPU shares and CPUs fit); ranks of one role are on distinct GPUs (NCCL refuses two on one); each
+    actor rank hosts an engine on its own GPU, or the separate engine has its GPUs to itself; the actor group
+    starts first; every group waits with the config's call and start timeouts."""
+    cfg = _cfg(*overrides, "trainer.worker_start_timeout_s=90")
+    cluster, groups = _start_run(cfg, monkeypatch)
+    assert len(cluster.bundles) == cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes
+    assert all(b["GPU"] == 1.0 for b in cluster.bundles)
+    assert list(groups)[0] == "actor" and set(groups) == {r for r in ("actor", "critic", "ref")
+                                                           if r == "actor" or getattr(cfg, r).enable}
+    for role in groups:
+        gpus = [g for name, g in cluster.where.items() if name.startswith(role) and "probe" not in name]
+        assert len(gpus) == len(set(gpus)) == world_size(cfg, role), role
+    assert {timeouts for _, timeouts in groups.values()} == {(cfg.trainer.worker_call_timeout_s, 90.0)}
+    hosted = groups["actor"][0]
+    where = placement.engine_placement(cfg)
+    if where.where == "separate":
+        assert hosted is None and cluster.where["engine"] not in {g for n, g in cluster.where.items()
+                                                                   if n != "engine" and "probe" not in n}
+        assert cluster.where["engine"] == where.bundles[0]
+    else:
+        assert hosted.name == cfg.rollout.engine and where.bundles == tuple(range(world_size(cfg, "actor")))
+
+
+def test_a_rank_that_does_not_fit_its_bundle_is_seen():
+    """The fake cluster refuses what Ray would leave pending: a second whole-GPU actor in one bundle."""
+    cluster = FakeCluster(placement.gpu_bundles(2, 2))
+    cluster.start("a", 1, 1.0, 1)
+    with pytest.raises(AssertionError, match="b asks for GPU 1.0, CPU 1 in bundle 1"):
+        cluster.start("b", 1, 1.0, 1)
+
+
+def test_no_placement_group_on_cpu_or_without_ray():
+    made = []
+    assert placement.shared_placement_group(_cfg("trainer.device=cpu"), made.append) is None
+    assert placement.shared_placement_group(_cfg(*GPU8, "trainer.use_ray=false"), made.append) is None
+    assert made == []
     with pytest.raises(ValueError, match="at least one GPU"):
         placement.gpu_bundles(0, 1)
-
-
-def test_worker_groups_share_the_placement_group(monkeypatch):
-    """Every role's group gets the same placement group (WorkerGroup puts rank r in bundle r) and a GPU fraction
-    (the fractions of one bundle fit one GPU); the actor group comes first and its ranks get the engine to host."""
-    made = []
-
-    class RecordingGroup:
-        def __init__(self, worker_cls, world_size, resources_per_worker, placement_group, **kw):
-            made.append((kw["role"] if "role" in kw else "critic", world_size, resources_per_worker, placement_group,
-                         kw.get("engine")))
-            timeouts.add((kw["call_timeout_s"], kw["ready_timeout_s"]))
-
-    timeouts = set()
-    monkeypatch.setattr("ragen.workers.WorkerGroup", RecordingGroup)
-    cfg = _cfg(*GPU8, "critic.enable=true", "ref.enable=true", "trainer.worker_start_timeout_s=90")
-    spec = builders.hosted_engine_spec(cfg, "model-dir", "tok")
-    builders.build_workers(cfg, "model-dir", placement_group="shared-pg", engine=spec)
-    assert timeouts == {(3600.0, 90.0)}  # every group: the call and start timeouts of the config
-    assert made == [("actor", 8, {"CPU": 1.0, "GPU": 0.4}, "shared-pg", spec),
-                    ("ref", 8, {"CPU": 1.0, "GPU": 0.2}, "shared-pg", None),
-                    ("critic", 8, {"CPU": 1.0, "GPU": 0.3}, "shared-pg", None)]
-    assert sum(placement.GPU_SHARE.values()) <= 1.0
-    assert spec.name == "vllm" and spec.kwargs["enable_sleep_mode"] and spec.kwargs["tensor_parallel_size"] == 1
 
 
 def test_every_actor_rank_hosts_one_engine_on_its_own_gpu():
@@ -121,31 +191,32 @@ class FakeActorHandle:
         return SimpleNamespace(remote=lambda *a, **kw: (name, a, kw))
 
 
-def test_engine_actor_is_started_in_its_bundle_with_the_vllm_settings():
-    log = []
+def test_engine_actor_gets_the_vllm_settings_and_a_call_timeout():
+    """The separate engine actor (where it starts: test_every_rank_and_engine_fits...) is built with the config's
+    vLLM settings, runs vLLM's engine core in its own process, never sleeps (it has its GPUs to itself), and its
+    calls wait at most the worker call timeout."""
+    started = []
 
     def remote(cls):
         def options(**opts):
-            log.append(("options", cls.__name__, opts))
-            return SimpleNamespace(remote=lambda **kw: log.append(("init", kw)) or FakeActorHandle(log))
+            return SimpleNamespace(remote=lambda **kw: started.append((cls.__name__, opts, kw)) or FakeActorHandle([]))
 
         return SimpleNamespace(options=options)
 
     class VLLMEngine:
         pass
 
-    cfg = _cfg(*GPU8, "rollout.vllm.gpu_memory_utilization=0.35", "rollout.vllm.tensor_parallel_size=1",
-               "rollout.vllm.max_num_seqs=64", "agent.max_model_len=4096", "agent.max_new_tokens=256",
-               "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1")
-    engine = placement.start_engine_actor(cfg, "pg", VLLMEngine, "tok", "/m", "bfloat16", remote=remote,)
-    (_, name, opts), (_, kwargs) = log
-    assert name == "VLLMEngine" and opts["num_gpus"] == 1.0 and opts["num_cpus"] == 1
-    assert opts["scheduling_strategy"].placement_group == "pg"
-    assert opts["scheduling_strategy"].placement_group_bundle_index == 7
-    assert opts["runtime_env"] == {"env_vars": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}
-    assert kwargs == {"tokenizer": "tok", "model": "/m", "device": "cuda", "dtype": "bfloat16",
-                      "gpu_memory_utilization": 0.35, "tensor_parallel_size": 1, "enforce_eager": False,
-                      "enable_sleep_mode": False, "max_num_seqs": 64, "max_model_len": 4096, "seed": 42}
+    cfg = _cfg(*GPU8, "rollout.vllm.gpu_memory_utilization=0.35", "rollout.vllm.max_num_seqs=64",
+               "agent.max_model_len=4096", "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1",
+               "trainer.seed=7")
+    engine = placement.start_engine_actor(cfg, "pg", VLLMEngine, "tok", "/m", "bfloat16", remote=remote)
+    [(name, opts, kwargs)] = started
+    assert name == "VLLMEngine" and opts["runtime_env"]["env_vars"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert (kwargs["model"], kwargs["tokenizer"], kwargs["dtype"], kwargs["device"]) == (
+        "/m", "tok", "bfloat16", "cuda")
+    assert (kwargs["gpu_memory_utilization"], kwargs["max_num_seqs"], kwargs["max_model_len"], kwargs["seed"]) == (
+        0.35, 64, 4096, 7)
+    assert kwargs["enable_sleep_mode"] is False  # its own GPUs: nothing else needs the memory
     assert engine.timeout_s == cfg.trainer.worker_call_timeout_s == 3600.0  # engine calls have a timeout too
     # the driver-side handle forwards each protocol call and waits for it
     engine._get = lambda ref: ref

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_helpers import critic_free, read_metrics, tiny_overrides
+from trainer_helpers import read_metrics, tiny_overrides
 
 from ragen import plugins
 from ragen.launch import validate
@@ -279,7 +279,7 @@ def test_installed_plugin_trains_one_step_in_process_and_with_ray(tmp_path, subp
         env = {**subprocess_env, MARKER: str(marker),
                "PYTHONPATH": os.pathsep.join([str(site), subprocess_env.get("PYTHONPATH", "")])}
         cmd = ["bash", str(ROOT / "train_ppo_multi_turn.sh"), "env=guess_number", "algorithm.estimator=grpo_times_one",
-               *critic_free(tiny_overrides(run_dir, steps=1)), "trainer.val_before_train=false", "trainer.report=false",
+               *tiny_overrides(run_dir, steps=1), "trainer.val_before_train=false", "trainer.report=false",
                f"trainer.use_ray={str(use_ray).lower()}"]
         proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from factories import rollout_batch
 from trainer_helpers import assert_all_finite, read_metrics, tiny_overrides
 
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
@@ -46,15 +47,9 @@ def test_step_split_estimators_are_rejected_on_envs_without_the_split(overrides)
 def _batch() -> RolloutBatch:
     """Two rows: row 0 has turns at positions 1-2 (reward 0.7 = step 0.2 + outcome 0.5 on position 2) and 4-5
     (reward 1.2 = step 0.0 + outcome 1.2 on 5); row 1 has one turn at 2-3 (reward 0.3 = step 0.3 on 3)."""
-    turn_ids = torch.tensor([[-1, 0, 0, -1, 1, 1], [-1, -1, 0, 0, -1, -1]])
-    rewards = torch.zeros(2, 6)
-    rewards[0, 2], rewards[0, 5], rewards[1, 3] = 0.7, 1.2, 0.3
-    resp = (turn_ids >= 0).long()
-    return RolloutBatch(
-        input_ids=torch.zeros(2, 6, dtype=torch.long), attention_mask=torch.ones(2, 6, dtype=torch.long),
-        response_mask=resp, turn_ids=turn_ids, token_rewards=rewards, sample_log_probs=torch.zeros(2, 6),
-        group_ids=torch.tensor([0, 0]), turn_rewards=torch.tensor([[0.7, 1.2], [0.3, 0.0]]),
-        num_turns=torch.tensor([2, 1]), truncated=torch.tensor([False, False]),
+    return rollout_batch(
+        [[([0], -1), ([0, 0], 0), ([0], -1), ([0, 0], 1)], [([0, 0], -1), ([0, 0], 0), ([0, 0], -1)]],
+        [[0.7, 1.2], [0.3]], group_ids=[0, 0],
         step_rewards=torch.tensor([[0.2, 0.0], [0.3, 0.0]]), outcome_rewards=torch.tensor([1.7, 0.0]),
     )
 

@@ -69,8 +69,8 @@ def test_sft_module_writes_a_checkpoint_ppo_starts_from(tmp_path, subprocess_env
     assert (actor / "config.json").is_file() and not (out / "checkpoints" / "global_step_1").exists()
     assert not any("actor/pg_loss" in r for r in read_metrics(out))  # no RL in a warm-start-only job
     rl = tmp_path / "rl"
-    overrides = [o for o in tiny_overrides(rl, 1) if o != "model=tiny"]
-    rl_overrides = [*overrides, "trainer.use_ray=false", f"model.path={actor}", "env=delayed_choice"]
+    rl_overrides = [*tiny_overrides(rl, 1), "trainer.use_ray=false", "model.tiny=false", f"model.path={actor}",
+                    "env=delayed_choice"]
     run(load_train_config("ppo_bandit", rl_overrides))
     start = load_actor_weights(actor.parent)
     assert any("actor/pg_loss" in r for r in read_metrics(rl))

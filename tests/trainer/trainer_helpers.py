@@ -9,28 +9,11 @@ PROCESSES = ("driver", "actor", "critic")
 
 
 def tiny_overrides(out_dir: Path, steps: int = 2, warm_start: bool = False) -> list[str]:
-    """Hydra overrides for a seconds-long run of the tiny random model.
-
-    Precision is pinned to fp32 (not the ``auto`` default): results then do not depend on whether the CPU has
-    native bf16, and an AVX2-only CPU never runs emulated bf16 (~60x slower than fp32). The critic is its own
-    worker and validation greedy (base defaults; the bandit launch config changes both for its default-model run),
-    and there is no warm start unless ``warm_start`` (then the config's own ``trainer.sft_warmup_steps`` holds).
-    """
-    return [*([] if warm_start else ["trainer.sft_warmup_steps=0"]),
-        "model=tiny", f"trainer.output_dir={out_dir}", f"trainer.total_steps={steps}",
-        "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false", "agent.max_new_tokens=12",
-        "rollout.n_groups=2", "rollout.group_size=2", "rollout.val_n_groups=2",
-        "actor.mini_batch_size=4", "actor.micro_batch_size=2", "critic.mini_batch_size=4",
-        "critic.micro_batch_size=2", "actor.lr=1e-3", "critic.lr=1e-3", "trainer.num_threads=1",
-        "actor.mixed_precision=fp32", "critic.mixed_precision=fp32", "rollout.dtype=float32",
-        "critic.share_backbone=false", "rollout.val_temperature=0.0",
-    ]
-
-
-def critic_free(overrides: list[str]) -> list[str]:
-    """``overrides`` without the critic's settings, for a command line with a critic-free estimator: there every
-    ``critic.*`` key typed on the command line is refused as doing nothing (``ragen.trainer.inert``)."""
-    return [o for o in overrides if not o.startswith("critic.")]
+    """Hydra overrides for a seconds-long run of the tiny random model: the ``tiny`` preset
+    (``config/preset/tiny.yaml``: sizes, fp32), composed after the experiment's recipe, plus the run's folder and
+    length. No warm start unless ``warm_start`` (then the config's own ``trainer.sft_warmup_steps`` holds)."""
+    return ["+preset=tiny", f"trainer.output_dir={out_dir}", f"trainer.total_steps={steps}",
+            *([] if warm_start else ["trainer.sft_warmup_steps=0"])]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -18,7 +18,7 @@ from ragen.utils.checkpoint import is_complete, resolve_resume
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "trainer"))
-from trainer_helpers import critic_free, tiny_overrides  # noqa: E402
+from trainer_helpers import tiny_overrides  # noqa: E402
 
 
 def _env() -> dict:
@@ -41,7 +41,7 @@ def test_read_only_checkpoint_folder_mid_run_fails_cleanly(tmp_path):
     root = os.geteuid() == 0
     if root and not _mount(ckpts):
         pytest.skip("running as root without mount: a read-only folder cannot be made here")
-    cmd = [sys.executable, "-m", "ragen.train", "--config-name", "ppo_bandit", *critic_free(tiny_overrides(out, 3)),
+    cmd = [sys.executable, "-m", "ragen.train", "--config-name", "ppo_bandit", *tiny_overrides(out, 3),
            "trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false",
            "trainer.save_freq=1", "algorithm.estimator=grpo"]
     try:

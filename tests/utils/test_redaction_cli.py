@@ -55,8 +55,7 @@ def test_cli_run_writes_no_secret(tmp_path, loggers):
     Hydra's .hydra/ dumps, train.log, and wandb's run file, which records the command line). With wandb (offline)
     it takes ~20 s more, so that variant runs with the long tests (``-m learning``)."""
     out = tmp_path / "run"
-    overrides = [o for o in tiny_overrides(out, 1) if not o.startswith("trainer.loggers")]
-    cmd = [sys.executable, "-c", WRAPPER, "--config-name", "ppo_bandit", *overrides,
+    cmd = [sys.executable, "-c", WRAPPER, "--config-name", "ppo_bandit", *tiny_overrides(out, 1),
            f"trainer.loggers={loggers}", "trainer.save_freq=1", f"trainer.experiment_name=exp-{SECRET}",
            "trainer.val_before_train=false"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env(HF_TOKEN=SECRET, WANDB_API_KEY=KEY), capture_output=True,

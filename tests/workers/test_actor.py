@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
+from factories import random_train_batch
 from transformers import AutoModelForCausalLM
-from worker_helpers import random_batch
 
 from ragen.workers import ActorConfig, CriticConfig, CriticWorker, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.logprob import token_log_probs
@@ -27,9 +27,7 @@ def actor(**cfg) -> LocalWorkerGroup:
 
 @pytest.fixture(scope="module")
 def batch(model_dir) -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=7)
-    adv = torch.randn(8, 24, generator=torch.Generator().manual_seed(8)) * resp
-    b = TrainBatch(ids, attn, resp, advantages=adv)
+    b = random_train_batch(8, 24, seed=7, draw=("advantages",))
     lp = actor().call("compute_log_probs", b)
     return b.with_fields(old_log_probs=lp)
 

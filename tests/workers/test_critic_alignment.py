@@ -8,6 +8,7 @@ value), and the advantage of the action that decided the reward fades to 0 as th
 from __future__ import annotations
 
 import torch
+from factories import prompt_response, train_batch
 from worker_helpers import make_lm, random_batch
 
 from ragen.algorithms import AdvantageInputs, compute_advantage
@@ -22,15 +23,11 @@ PROMPT, GOOD, BAD, EOT = [5, 6, 7, 8], 10, 11, 2
 def _decisive_batch(n: int = 8) -> tuple[TrainBatch, torch.Tensor, torch.Tensor]:
     """One-turn episodes: prompt, one decisive answer token, the end-of-turn token. Reward 1 for GOOD, 0 for BAD,
     on the last model token (the end-of-turn token), half of each. Returns (batch, rewards (B, T), R (B,))."""
-    rows = [PROMPT + [GOOD if i % 2 == 0 else BAD, EOT] for i in range(n)]
-    ids = torch.tensor(rows)
-    B, T = ids.shape
-    resp = torch.zeros(B, T, dtype=torch.long)
-    resp[:, len(PROMPT):] = 1
+    batch = train_batch(prompt_response([PROMPT] * n, [[GOOD if i % 2 == 0 else BAD, EOT] for i in range(n)]))
     R = torch.tensor([1.0 if i % 2 == 0 else 0.0 for i in range(n)])
-    rewards = torch.zeros(B, T)
+    rewards = torch.zeros(batch.input_ids.shape)
     rewards[:, -1] = R
-    return TrainBatch(input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=resp), rewards, R
+    return batch, rewards, R
 
 
 def _gae(rewards: torch.Tensor, values: torch.Tensor, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

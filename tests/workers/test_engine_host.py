@@ -8,7 +8,8 @@ import os
 
 import pytest
 import torch
-from worker_helpers import random_batch, sharded_world_of_one
+from factories import random_train_batch
+from worker_helpers import sharded_world_of_one
 
 from ragen.rollout.base import Sample, SamplingParams
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker, TrainBatch
@@ -40,9 +41,7 @@ class LoggedEngine:
 
 
 def _batch() -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=7)
-    adv = torch.randn(8, 24, generator=torch.Generator().manual_seed(8)) * resp
-    return TrainBatch(ids, attn, resp, advantages=adv)
+    return random_train_batch(8, 24, seed=7, draw=("advantages",))
 
 
 def _update(group: LocalWorkerGroup) -> None:

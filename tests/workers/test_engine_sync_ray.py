@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import prompt_response, train_batch
 from worker_helpers import random_batch
 
 from ragen.rollout.base import SamplingParams
@@ -20,15 +21,7 @@ PROMPTS = [[5, 17, 230, 4], [9, 9, 12], [300, 2, 44, 61, 7, 8], [77, 78]]
 
 def _replayed(prompts: list[list[int]], samples) -> TrainBatch:
     """The prompts + sampled tokens as a right-padded batch, the sampled tokens as the response."""
-    rows = [p + s.token_ids for p, s in zip(prompts, samples, strict=True)]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    attn, resp = torch.zeros_like(ids), torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        attn[i, : len(r)] = 1
-        resp[i, len(p): len(r)] = 1
-    return TrainBatch(ids, attn, resp)
+    return train_batch(prompt_response(prompts, [s.token_ids for s in samples]))
 
 
 def _engine_gap(group: WorkerGroup, hosted: HostedEngines) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import train_batch
 
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.config import LOSS_AGG
@@ -17,17 +18,8 @@ PB, B0 = [5, 6, 11], [40, 41, 42, 43]
 
 def _rows(parts: list[list[tuple[list[int], bool]]]) -> TrainBatch:
     """Right-padded rows from (ids, is_model_token) segments, advantages = 0.1 * token id on model tokens."""
-    width = max(sum(len(ids) for ids, _ in row) for row in parts)
-    n = len(parts)
-    ids, att, resp = (torch.zeros(n, width, dtype=torch.long) for _ in range(3))
-    for i, row in enumerate(parts):
-        pos = 0
-        for seg, model in row:
-            ids[i, pos:pos + len(seg)] = torch.tensor(seg)
-            att[i, pos:pos + len(seg)] = 1
-            resp[i, pos:pos + len(seg)] = int(model)
-            pos += len(seg)
-    return TrainBatch(ids, att, resp, advantages=0.1 * ids.float() * resp)
+    batch = train_batch([[(seg, 0 if model else -1) for seg, model in row] for row in parts])
+    return batch.with_fields(advantages=0.1 * batch.input_ids.float() * batch.response_mask)
 
 
 TRAJECTORY = _rows([[(PA, False), (A0, True), (OA, False), (A1, True)], [(PB, False), (B0, True)]])

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 import torch
+from factories import random_train_batch
 from transformers import AutoModelForCausalLM
-from worker_helpers import random_batch
 
 from ragen.workers import (
     ActorConfig,
@@ -24,10 +24,7 @@ from ragen.workers.config import LOSS_AGG
 
 
 def _batch() -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=5)
-    g = torch.Generator().manual_seed(6)
-    return TrainBatch(ids, attn, resp, advantages=torch.randn(8, 24, generator=g) * resp,
-                      returns=torch.randn(8, 24, generator=g) * resp)
+    return random_train_batch(8, 24, seed=5, draw=("advantages", "returns"))
 
 
 def _close(a: dict, b: dict, atol=2e-5):
@@ -87,9 +84,8 @@ def test_actor_and_critic_world_size_2_equals_1(ray_cluster, model_dir, tmp_path
 def test_group_rejects_uneven_split():
     from ragen.workers.group import _split
 
-    ids, attn, resp = random_batch(B=6, T=8)
     with pytest.raises(ValueError, match="multiple of 4"):
-        _split(TrainBatch(ids, attn, resp), 4)
+        _split(random_train_batch(6, 8), 4)
 
 
 @pytest.mark.slow

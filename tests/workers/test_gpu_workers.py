@@ -15,8 +15,9 @@ import dataclasses
 
 import pytest
 import torch
+from factories import random_train_batch
 from transformers import AutoModel, AutoModelForCausalLM
-from worker_helpers import make_lm, placed_on, random_batch, reference_log_probs, sharded_world_of_one
+from worker_helpers import make_lm, placed_on, reference_log_probs, sharded_world_of_one
 
 from ragen.models.value_head import ValueModel
 from ragen.workers import ActorConfig, CriticConfig, CriticWorker, LocalWorkerGroup, PolicyWorker, TrainBatch
@@ -41,10 +42,7 @@ def model_dir(tmp_path, tokenizer_dir, no_packaged_model) -> str:
 
 
 def _batch() -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=5)
-    g = torch.Generator().manual_seed(6)
-    return TrainBatch(ids, attn, resp, advantages=torch.randn(8, 24, generator=g) * resp,
-                      returns=torch.randn(8, 24, generator=g) * resp)
+    return random_train_batch(8, 24, seed=5, draw=("advantages", "returns"))
 
 
 def _cpu_update(model_dir: str, cfg: ActorConfig, batch: TrainBatch) -> tuple[dict, dict, torch.Tensor]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import random_train_batch
 from transformers import AutoModelForCausalLM
-from worker_helpers import make_lm, random_batch
+from worker_helpers import make_lm
 
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.lora import adapter_state, adapters_disabled, add_lora, is_adapter_key, merge_lora, to_lora_keys
@@ -73,9 +74,7 @@ def _actor(model_dir, **cfg) -> LocalWorkerGroup:
 
 
 def _batch(plain: LocalWorkerGroup) -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=11)
-    adv = torch.randn(8, 24, generator=torch.Generator().manual_seed(12)) * resp
-    b = TrainBatch(ids, attn, resp, advantages=adv)
+    b = random_train_batch(8, 24, seed=11, draw=("advantages",))
     return b.with_fields(old_log_probs=plain.call("compute_log_probs", b))
 
 
@@ -120,9 +119,8 @@ def test_lora_actor_update_reference_and_checkpoint(model_dir, tmp_path):
 
 def test_plain_actor_has_no_lora_reference(model_dir):
     g = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=ActorConfig(mixed_precision="fp32"))
-    ids, attn, resp = random_batch(B=2, T=8)
     with pytest.raises(RuntimeError, match="lora_rank"):
-        g.call("compute_ref_log_probs", TrainBatch(ids, attn, resp))
+        g.call("compute_ref_log_probs", random_train_batch(2, 8))
 
 
 @pytest.mark.parametrize("kwargs, match", [({"lora_rank": -1}, "lora_rank=-1"),

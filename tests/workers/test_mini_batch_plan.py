@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-from worker_helpers import random_batch
+from factories import padding_train_batch, prompt_response, random_train_batch, train_batch
 
 from ragen.workers import ActorConfig, CriticConfig, CriticWorker, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.data import mini_batch_plan
@@ -23,17 +23,10 @@ def interleaved(n: int = 16, seed: int = 3, block: int = 4) -> TrainBatch:
     as the bandit's; 1: every other row), with random responses of 2-6 tokens, plus advantages, returns and values."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(2, 7, (n,), generator=g).tolist()
-    width = len(P[0]) + max(lengths)
-    ids = torch.zeros(n, width, dtype=torch.long)
-    att = torch.zeros(n, width, dtype=torch.long)
-    resp = torch.zeros(n, width, dtype=torch.long)
-    for i, k in enumerate(lengths):
-        row = P[(i // block) % 2] + torch.randint(20, 900, (k,), generator=g).tolist()
-        ids[i, : len(row)] = torch.tensor(row)
-        att[i, : len(row)] = 1
-        resp[i, len(P[0]) : len(row)] = 1
-    noise = torch.randn(3, n, width, generator=g) * resp
-    return TrainBatch(ids, att, resp, advantages=noise[0], returns=noise[1], values=noise[2] * 0.1)
+    responses = [torch.randint(20, 900, (k,), generator=g).tolist() for k in lengths]
+    batch = train_batch(prompt_response([P[(i // block) % 2] for i in range(n)], responses))
+    noise = torch.randn(3, *batch.input_ids.shape, generator=g) * batch.response_mask
+    return batch.with_fields(advantages=noise[0], returns=noise[1], values=noise[2] * 0.1)
 
 
 @pytest.mark.parametrize("block", [1, 4])
@@ -74,12 +67,8 @@ def test_worker_sees_the_planned_mini_batches(model_dir):
 def test_all_padding_mini_batch_takes_no_step(model_dir):
     """The ``turn`` layout pads the batch with rows that hold no model token; a mini-batch made only of them (or of
     failed episodes) must not move the weights (AdamW's momentum would) nor advance the lr schedule."""
-    ids, attn, resp = random_batch(B=4, T=16, seed=2)
-    g = torch.Generator().manual_seed(9)
-    real = TrainBatch(ids, attn, resp, advantages=torch.randn(4, 16, generator=g) * resp)
-    pad = TrainBatch(torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long),
-                     torch.zeros(4, 16, dtype=torch.long), advantages=torch.zeros(4, 16))
-    pad.attention_mask[:, 0] = 1
+    real = random_train_batch(4, 16, seed=2, draw=("advantages",), draw_seed=9)
+    pad = padding_train_batch(4, 16, advantages=torch.zeros(4, 16))
     cfg = ActorConfig(lr=1e-2, mini_batch_size=4, micro_batch_size=4, mixed_precision="fp32", ppo_epochs=2)
     runs = {}
     for name, batch in (("real", real), ("padded", TrainBatch.cat([real, pad]))):

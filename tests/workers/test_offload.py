@@ -10,7 +10,8 @@ import contextlib
 
 import pytest
 import torch
-from worker_helpers import random_batch, sharded_world_of_one
+from factories import random_train_batch
+from worker_helpers import sharded_world_of_one
 
 from ragen.workers import ActorConfig, CriticConfig, CriticWorker, LocalWorkerGroup, PolicyWorker, TrainBatch
 
@@ -18,10 +19,7 @@ CFG = {"lr": 1e-3, "mini_batch_size": 4, "micro_batch_size": 2, "mixed_precision
 
 
 def _batch() -> TrainBatch:
-    ids, attn, resp = random_batch(B=8, T=24, seed=3)
-    g = torch.Generator().manual_seed(4)
-    return TrainBatch(ids, attn, resp, advantages=torch.randn(8, 24, generator=g) * resp,
-                      returns=torch.randn(8, 24, generator=g) * resp, values=torch.zeros(8, 24))
+    return random_train_batch(8, 24, seed=3, draw=("advantages", "returns"), values=torch.zeros(8, 24))
 
 
 def _group(model_dir: str, role: str = "actor", host_copies: bool | None = True) -> LocalWorkerGroup:

@@ -4,6 +4,7 @@ outputs in the caller's row order, equal to unreordered passes, and the update's
 from __future__ import annotations
 
 import torch
+from factories import prompt_response, train_batch
 
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.trainable import forward_in_chunks
@@ -14,16 +15,7 @@ B = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 99]  # the l
 
 def batch_of(prompts: list[list[int]], responses: list[list[int]]) -> TrainBatch:
     """Right-padded rows prompt + response; response_mask on the response."""
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses, strict=True))
-    n = len(prompts)
-    ids = torch.zeros(n, width, dtype=torch.long)
-    att = torch.zeros(n, width, dtype=torch.long)
-    resp = torch.zeros(n, width, dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        ids[i, : len(p) + len(r)] = torch.tensor(p + r)
-        att[i, : len(p) + len(r)] = 1
-        resp[i, len(p) : len(p) + len(r)] = 1
-    return TrainBatch(ids, att, resp)
+    return train_batch(prompt_response(prompts, responses))
 
 
 def test_prompt_order_hand_example():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from factories import random_train_batch
 from worker_helpers import make_lm, random_batch
 
 from ragen.models.value_head import ValueModel
@@ -73,8 +74,8 @@ def test_one_pass_log_probs_and_values_equal_the_two_passes(model_dir):
     g = _actor(model_dir)
     with torch.no_grad():
         g.worker.module.value_head.weight.normal_(0, 1.0, generator=torch.Generator().manual_seed(4))
-    ids, attn, resp = random_batch(B=6, T=16, seed=5)
-    batch = TrainBatch(ids, attn, resp)
+    batch = random_train_batch(6, 16, seed=5)
+    resp = batch.response_mask
     lp, values, last = g.call("compute_log_probs_and_values", batch)
     torch.testing.assert_close(lp, g.call("compute_log_probs", batch), atol=0, rtol=0)
     ref_values, ref_last = g.call("compute_values", batch)

@@ -1,5 +1,6 @@
-"""Helpers of the worker tests: tiny random Llama models built from a config (no downloads), random batches, and
-for the GPU twins the device placement, a sharded world of one rank and a float64 CPU reference of log-probs.
+"""Helpers of the worker tests: tiny random Llama models built from a config (no downloads), random batches
+(``random_batch``: ``factories.random_rows``), and for the GPU twins the device placement, a sharded world of one
+rank and a float64 CPU reference of log-probs.
 
 Imported as ``from worker_helpers import ...`` (pytest puts this folder on ``sys.path``); fixtures live in
 conftest.py.
@@ -11,9 +12,9 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from factories import VOCAB
+from factories import random_rows as random_batch  # noqa: F401 - the worker tests' name
 from transformers import LlamaConfig, LlamaForCausalLM
-
-VOCAB = 1000
 
 
 def make_lm(seed: int = 0, tied: bool = True, vocab: int = VOCAB) -> LlamaForCausalLM:
@@ -24,19 +25,6 @@ def make_lm(seed: int = 0, tied: bool = True, vocab: int = VOCAB) -> LlamaForCau
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return LlamaForCausalLM(cfg)
-
-
-def random_batch(B: int = 4, T: int = 24, seed: int = 0, vocab: int = VOCAB):
-    """Right-padded ids with varied lengths; response mask on the second half of each real sequence."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (B, T), generator=g)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    lengths[0] = T
-    pos = torch.arange(T)[None]
-    attn = (pos < lengths[:, None]).long()
-    ids = ids * attn
-    resp = ((pos >= lengths[:, None] // 2) & (attn > 0)).long()
-    return ids, attn, resp
 
 
 @contextlib.contextmanager

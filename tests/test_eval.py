@@ -187,6 +187,7 @@ def tiny_folder() -> str:
     return path
 
 
+@pytest.mark.slow
 def test_two_copies_of_the_tiny_model(tiny_folder, tmp_path, capsys):
     out = tmp_path / "eval" / "out.json"
     code = main([tiny_folder, tiny_folder, "--env", "bandit", "--env", "delayed_choice", "--n", "8",
@@ -230,6 +231,7 @@ def test_one_model_table_has_no_difference(tiny_folder, capsys):
     assert "success rate" in printed and "model 2" not in printed
 
 
+@pytest.mark.slow
 def test_run_folder_end_to_end_and_weights_only_checkpoints(tiny_folder, tmp_path, capsys):
     """A run folder holding the tiny model as its checkpoint is played from its latest checkpoint, and the JSON
     names it; a checkpoint without tokenizer files is refused up front (the engine could not load it)."""
@@ -274,6 +276,7 @@ def test_bad_arguments_exit_2_and_name_the_problem(tiny_folder, capsys):
 
 
 # ---------------------------------------------------------------------------------------------- openai engine
+@pytest.mark.slow
 def test_openai_models_over_a_fake_transport(monkeypatch, tmp_path, capsys, default_tokenizer):
     """Two served "models" that always pull one arm: the calls carry the endpoint, key, model and greedy
     sampling; the numbers are those of the env on the shared seeds."""
@@ -324,6 +327,7 @@ def test_openai_models_over_a_fake_transport(monkeypatch, tmp_path, capsys, defa
     assert "+1.000" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_run_folder_plays_with_the_config_it_was_trained_with(tiny_folder, tmp_path, capsys):
     """A run trained on FrozenLake 3x3 with 3 turns and the forced answer prefix is evaluated with those settings
     (its config.json), not base.yaml's; overrides apply on top, --config-name composes instead, --env swaps the env."""
@@ -356,6 +360,7 @@ def test_run_folder_plays_with_the_config_it_was_trained_with(tiny_folder, tmp_p
     capsys.readouterr()
 
 
+@pytest.mark.slow
 def test_library_warnings_stay_off_the_console(tiny_folder, tmp_path, subprocess_env):
     """``python -m ragen.eval`` prints its table, not the libraries' deprecation warnings (torch's FutureWarning
     and transformers' ``past_key_values`` notice on every generate) or transformers' weight-loading bar; with

@@ -219,7 +219,6 @@ def test_proxy_trains_on_exactly_the_stripped_prompts(default_tokenizer, strip_t
     assert batch.metrics["agent/prompt_tokens"] == float(sum(len(p) for ps, _ in engine.calls for p in ps))
 
 
-@pytest.mark.slow
 def test_default_model_thinking_under_a_forced_prefix(default_tokenizer, strip_tokenizer):
     """The default model continues a forced ``<think>``; whatever it writes, the rows are the fed prompts and their
     text is the stripping template's rendering (seed 3: some turns close the block on a token boundary)."""

@@ -27,7 +27,6 @@ def model_and_tok():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.slow
 def test_chat_format_of_default_tokenizer(model_and_tok):
     _, tok = model_and_tok
     fmt = ChatFormat(tok)
@@ -36,7 +35,6 @@ def test_chat_format_of_default_tokenizer(model_and_tok):
     assert tok.decode(fmt.next_message("hello")) == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("env_name", ["bandit", "frozen_lake"])
 def test_real_rollout_ids_and_log_probs(model_and_tok, env_name):
     model, tok = model_and_tok

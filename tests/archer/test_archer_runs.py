@@ -44,6 +44,7 @@ def _fresh_critic(cfg) -> dict:
     return ArcherCriticWorker(critic_settings(cfg)).online.state_dict()
 
 
+@pytest.mark.slow
 def test_launcher_runs_archer_three_iterations_in_ray_workers_without_memory_growth(tmp_path, subprocess_env):
     """``scripts/train_archer.sh`` end to end (policy and critic as Ray actors): exit 0, both models changed, and
     no process's RSS grows from iteration 2 to 3 (both update the actor, after ``warmup_iter=1``), as the PPO
@@ -65,6 +66,7 @@ def test_launcher_runs_archer_three_iterations_in_ray_workers_without_memory_gro
     assert (tmp_path / "learning_curve.png").is_file() and (ckpt / "buffer.json").is_file()
 
 
+@pytest.mark.slow
 def test_chai_trains_the_critic_and_leaves_the_policy(tmp_path):
     cfg = load_train_config("chai_twenty_questions", [*_overrides(tmp_path), "archer.chai_candidates=3"])
     run(cfg)
@@ -77,6 +79,7 @@ def test_chai_trains_the_critic_and_leaves_the_policy(tmp_path):
     assert _changed(_fresh_critic(cfg), _critic_state(ckpt))
 
 
+@pytest.mark.slow
 def test_filtered_bc_updates_the_policy_without_a_critic(tmp_path):
     cfg = load_train_config("filtered_bc_twenty_questions", _overrides(tmp_path))
     run(cfg)
@@ -89,6 +92,7 @@ def test_filtered_bc_updates_the_policy_without_a_critic(tmp_path):
     assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
 
 
+@pytest.mark.slow
 def test_archer_trains_lora_adapters_on_a_frozen_base(tmp_path):
     """``actor.lora_rank`` reaches the ArCHer policy (a ``PolicyWorker``): the checkpoint holds merged weights that
     moved, plus the adapters; resuming from it restores base + adapters."""
@@ -102,6 +106,7 @@ def test_archer_trains_lora_adapters_on_a_frozen_base(tmp_path):
     assert _changed(tiny_init_weights(), load_actor_weights(ckpt))
 
 
+@pytest.mark.slow
 def test_resume_equals_an_uninterrupted_run(tmp_path):
     full, part = tmp_path / "full", tmp_path / "part"
     run(load_train_config("archer_twenty_questions", _overrides(full, steps=2)))
@@ -115,6 +120,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path):
     assert (a / "buffer.json").read_text() == (b / "buffer.json").read_text()
 
 
+@pytest.mark.slow
 def test_bad_archer_config_names_the_key(tmp_path):
     with pytest.raises(ConfigError, match="archer.tau"):
         load_train_config("archer_twenty_questions", ["archer.tau=0"])

@@ -15,6 +15,8 @@ from ragen.archer.transitions import policy_batch
 from ragen.archer.workers import ArcherPolicyWorker
 from ragen.workers import ActorConfig, LocalWorkerGroup, WorkerGroup
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 STATES = ["Is it an animal? no.", "Is it alive? yes. Is it a plant? no.", "Is it red?", "Guess: cat. wrong.",
           "Is it bigger than a car? yes.", "Is it a tool?", "Is it metal? yes. Is it sharp? no.", "Start."]
 ACTIONS = ["Is it a fish?", "Is it a tree?", "Is it an apple?", "Is it a dog?", "Is it a whale?", "Is it a hammer?",

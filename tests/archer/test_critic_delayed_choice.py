@@ -67,6 +67,7 @@ def test_frozen_minilm_on_the_whole_prompt_barely_tells_the_doors_apart():
     assert float(torch.cosine_similarity(e[0], e[1], dim=0)) > 0.99
 
 
+@pytest.mark.slow
 def test_the_configs_critic_carries_the_door_back_to_turn_one():
     import random
 

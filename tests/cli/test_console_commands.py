@@ -56,6 +56,7 @@ def _cli(name: str, argv: list[str], capsys) -> tuple[int, str, str]:
     return status, out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["ragen.train", "ragen.archer", "ragen.sft"])
 def test_help_of_the_hydra_commands(module, tmp_path, subprocess_env):
     """``python -m ragen.train --help`` (and archer, sft) is the command's own help: usage, examples, every config
@@ -119,6 +120,7 @@ def test_override_problems_name_the_closest_key(overrides, expected):
     assert [p.split(" (options:")[0] for p in problems] == expected
 
 
+@pytest.mark.slow
 def test_misspelled_config_name_and_the_entry_points(tmp_path, subprocess_env, capsys):
     """Every entry point answers misspellings with "did you mean" and exit status 2 before Hydra runs: python -m
     ragen.train and a launch script (subprocesses), ragen archer and ragen sft (in this process)."""
@@ -186,6 +188,7 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
     assert "[ragen] dry run" in capsys.readouterr().out and not out_dir.exists() and not ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_model_path_is_checked_before_anything_is_written(tmp_path, subprocess_env):
     """A model.path that does not exist: one line naming it, exit 2, no traceback, and no run folder."""
     run_dir = tmp_path / "run"
@@ -216,6 +219,7 @@ def test_missing_default_model_package_names_its_pip_command(tmp_path, monkeypat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_output_folder_with_another_config_is_refused(tmp_path, subprocess_env, capsys):
     """A one-step run, then the same output folder with actor.lr=1e-3: refused before anything is written, naming
     the key with both values and the fixes; config.json is untouched. More steps (a resume key) pass, and so does
@@ -255,6 +259,7 @@ def test_env_without_its_extra_names_the_extra(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_model_folder_without_tokenizer_files_needs_tokenizer_path(tmp_path, capsys, tokenizer_dir):
     """A model folder holding only its config (no tokenizer files) fails the check naming model.path, and passes
     with model.tokenizer_path (then only the config is read from model.path)."""

@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "trainer"))
 from trainer_helpers import tiny_overrides  # noqa: E402  (the trainer tests' tiny-run settings)
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 SOURCES = ("setup.py", "pyproject.toml", "ragen", "external", "config")  # all that setup.py packages
 
 

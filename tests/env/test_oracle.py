@@ -197,7 +197,6 @@ def test_censor_never_raises_on_garbage(text):
     assert isinstance(censor(text, ("Paris", "S\u00e3o Paulo", "")), str)
 
 
-@pytest.mark.slow
 def test_real_default_model_answers_yes_no_or_invalid():
     from ragen.env.twenty_questions import llm_postprocess, llm_prompt
 

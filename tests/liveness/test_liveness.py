@@ -60,6 +60,7 @@ def test_every_key_has_a_row():
         assert bool(row.allow) != bool(row.cases), f"{row.id}: a row has either cases or an allow reason"
 
 
+@pytest.mark.slow
 def test_reference_is_current():
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 from report_helpers import block_id, episode_blocks, model_token_count, tiny_overrides, token_spans
 
@@ -14,6 +15,8 @@ from ragen.launch import run
 from ragen.report.episodes import NEUTRAL
 from ragen.trainer import phases
 from ragen.trainer.compose import load_train_config
+
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
 
 FAST = ["trainer.use_ray=false", "trainer.sft_warmup_steps=0", "env.max_turn=2", "trainer.val_freq=1",
         "trainer.val_before_train=true"]

@@ -57,6 +57,7 @@ def test_each_env_keeps_its_own_seeds():
     assert mixed.group_seeds(100, 1) == [103, 104, 105, 102, 103]
 
 
+@pytest.mark.slow
 def test_a_mixed_run_trains_and_reports_every_env(tmp_path):
     val = "rollout.val_envs=[{name: bandit, n_groups: 2},{name: frozen_lake, n_groups: 1, max_turn: 2}," \
           "{name: countdown, n_groups: 1}]"

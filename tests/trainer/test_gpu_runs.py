@@ -35,6 +35,8 @@ from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.ppo_trainer import PPOTrainer
 from ragen.utils.checkpoint import latest_checkpoint
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 AUTO_PRECISION = ("actor.mixed_precision=auto", "critic.mixed_precision=auto", "rollout.dtype=auto")

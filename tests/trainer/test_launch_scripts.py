@@ -18,6 +18,7 @@ SCRIPTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("script", "extra", "env_name", "estimator"), SCRIPTS, ids=[s[0] for s in SCRIPTS])
 def test_launch_script_trains(tmp_path, subprocess_env, script, extra, env_name, estimator):
     run_dir = tmp_path / "run"

@@ -13,6 +13,8 @@ from ragen.trainer.compose import load_train_config
 from ragen.trainer.ppo_trainer import PPOTrainer
 from ragen.utils.checkpoint import latest_checkpoint
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 DETERMINISTIC = ["trainer.use_ray=false", "trainer.deterministic=true", "trainer.save_freq=1",
                  "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.loggers=[jsonl]"]
 

@@ -23,6 +23,7 @@ RUNS = ("ms_grpo", "ms_po", "grpo_outcome", "grpo_step")
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "rollout.val_n_groups=1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNS)
 def test_search_qa_run_trains_two_steps(tmp_path, name):
     cfg = load_train_config(f"search_qa_{name}", [*tiny_overrides(tmp_path, 2), *FAST])

@@ -154,6 +154,7 @@ def test_turn_gae_puts_each_turn_advantage_on_its_own_turn_row(truncated):
     assert not adv[~batch.response_mask.bool()].any()
 
 
+@pytest.mark.slow
 def test_turn_layout_trains_end_to_end(tmp_path, monkeypatch):
     from ragen.workers import PolicyWorker
 

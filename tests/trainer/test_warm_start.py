@@ -20,6 +20,7 @@ WARM = ["trainer.use_ray=false", "env=delayed_choice", "trainer.sft_warmup_steps
         "trainer.save_freq=0", "agent.response_prefix='<answer>'", "agent.think=false"]
 
 
+@pytest.mark.slow
 def test_warm_start_then_rl_and_resume_skips_it(tmp_path):
     run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), *WARM]))
     records = read_metrics(tmp_path)
@@ -59,6 +60,7 @@ def test_warm_start_config_errors(tmp_path):
     validate(load_train_config("ppo_bandit", [*base, "trainer.total_steps=0"]))  # a warm start only is valid
 
 
+@pytest.mark.slow
 def test_sft_module_writes_a_checkpoint_ppo_starts_from(tmp_path, subprocess_env):
     out = tmp_path / "sft"
     cmd = [sys.executable, "-m", "ragen.sft", "--config-name", "ppo_bandit", *tiny_overrides(out, 1), *WARM]

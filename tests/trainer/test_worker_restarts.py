@@ -47,6 +47,7 @@ STEP_CALLS = [(("actor", "engine_generate"), "rollout"), (("actor", "engine_slee
               (("actor", "engine_wake"), "weight_sync"), (("actor", "sync_engine_weights"), "weight_sync")]
 
 
+@pytest.mark.slow
 def test_a_restart_from_every_phase_of_a_step_continues_the_run(tmp_path, monkeypatch, capsys):
     """Each of the step's worker calls fails once (a dead worker), one after another: every restart rebuilds the
     groups and their hosted engines (new, asleep) and the run goes on to its last step, whatever phase failed:

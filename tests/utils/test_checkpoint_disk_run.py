@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "trainer"))
 from trainer_helpers import tiny_overrides  # noqa: E402
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 
 def _env() -> dict:
     return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",

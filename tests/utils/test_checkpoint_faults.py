@@ -33,6 +33,7 @@ def _writer(payload: str, size: int = 10):
     return write
 
 
+@pytest.mark.slow
 def test_kill9_during_checkpoint_writes_always_resumes_complete(tmp_path):
     """20 SIGKILLs spread over real checkpoint saves (tiny Llama + AdamW): every resume=auto finds a complete,
     correct checkpoint and loses at most the step being saved."""

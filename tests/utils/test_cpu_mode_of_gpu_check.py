@@ -17,6 +17,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 ROOT = Path(__file__).resolve().parents[2]
 NO_DRY_RUN = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: gpu_check.sh would run for real")
 

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from ragen.utils.redaction import is_secret_key, is_secret_name, redact, redact_text, secret_values
 
 FAKE = {
@@ -30,6 +32,7 @@ def test_rules():
         "metric/<redacted:MY_CLIENT_SECRET>": ["<redacted:WANDB_API_KEY>", (1, "<redacted:HF_TOKEN>")]}
 
 
+@pytest.mark.slow
 def test_tiny_run_writes_no_secret(tmp_path, monkeypatch, capfd):
     """A 1-step in-process run whose experiment name embeds a secret: no file it writes (config.json, metrics,
     rollout dumps, checkpoint, plot) and nothing it prints holds any secret value."""

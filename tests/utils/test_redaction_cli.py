@@ -32,6 +32,8 @@ def run(cfg):
 m.run = run
 sys.argv[0] = "ragen.train"
 from ragen.train import main
+
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
 main()
 """
 

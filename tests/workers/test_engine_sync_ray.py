@@ -16,6 +16,8 @@ from ragen.trainer.placement import wake_and_sync
 from ragen.workers import ActorConfig, PolicyWorker, TrainBatch, WorkerGroup
 from ragen.workers.engine_host import EngineSpec
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 PROMPTS = [[5, 17, 230, 4], [9, 9, 12], [300, 2, 44, 61, 7, 8], [77, 78]]
 
 

@@ -22,6 +22,8 @@ from ragen.workers import (
 )
 from ragen.workers.config import LOSS_AGG
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 
 def _batch() -> TrainBatch:
     return random_train_batch(8, 24, seed=5, draw=("advantages", "returns"))

@@ -81,6 +81,7 @@ def ray_here():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_dead_and_hung_ranks_are_named_not_waited_for(ray_here):
     ray = ray_here
     from ragen.workers import WorkerGroup
@@ -105,6 +106,7 @@ def test_dead_and_hung_ranks_are_named_not_waited_for(ray_here):
     assert len(set(pids)) == 2  # two real processes
 
 
+@pytest.mark.slow
 def test_engine_nccl_and_start_hangs_are_named_not_waited_for(ray_here):
     """The remote calls outside the worker groups' ``call``: the vLLM engine actor (generate / wake), the NCCL
     weight sync's rendezvous and buckets, and the ranks' start-up ping each stop within their timeout with a

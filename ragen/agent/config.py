@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-LAYOUTS = ("trajectory", "turn")
+from ragen.agent.layout import row_layout
+
 REMINDERS = ("every_turn", "first_turn")
 HISTORY_THINKING = ("keep", "strip")
 OBSERVATIONS = ("shown", "blind")
@@ -87,14 +88,13 @@ class AgentConfig:
             )
         if self.temperature < 0:  # 0 = greedy (validation); training needs > 0, checked by ActorConfig
             raise ValueError(f"AgentConfig.temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"AgentConfig.layout must be one of {LAYOUTS}, got {self.layout!r}")
+        rows = row_layout(self.layout)  # a ValueError names the layouts
         if self.reminder not in REMINDERS:
             raise ValueError(f"AgentConfig.reminder must be one of {REMINDERS}, got {self.reminder!r}")
         if self.history_thinking not in HISTORY_THINKING:
             raise ValueError(f"AgentConfig.history_thinking must be one of {HISTORY_THINKING}, got "
                              f"{self.history_thinking!r}")
-        if self.history_thinking == "strip" and self.layout != "turn":
+        if self.history_thinking not in rows.history_thinking:
             raise ValueError("AgentConfig.history_thinking='strip' needs layout='turn' (a trajectory row holds every "
                              "turn's thinking, which later prompts leave out)")
         if self.observations not in OBSERVATIONS:

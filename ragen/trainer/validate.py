@@ -21,6 +21,7 @@ from ragen.trainer.derived import (
     world_size,
 )
 from ragen.trainer.inert import check_inert
+from ragen.trainer.layout import layout_of
 
 RETURN_MODES = ("adv_plus_value", "reward_to_go")
 KL_KINDS = ("k1", "k2", "k3")
@@ -133,7 +134,7 @@ def _check_batching(section: str, mini: int, micro: int, batch: int | None, worl
 
 def check_batches(cfg: TrainConfig) -> list[str]:
     batch, out = train_batch_size(cfg), []
-    rows = None if cfg.agent.layout == "turn" else batch
+    rows = layout_of(cfg).rows.fixed_rows(batch)  # None: the rows vary per step (padded to divide)
     out += _check_batching("actor", cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, rows,
                            world_size(cfg, "actor"))
     if needs_critic(cfg) and not cfg.critic.share_backbone:

@@ -19,8 +19,8 @@ def _batch(truncated: bool) -> RolloutBatch:
         input_ids=ids, attention_mask=attn, response_mask=resp, turn_ids=turn, token_rewards=torch.zeros(3, 6),
         sample_log_probs=torch.zeros(3, 6), group_ids=torch.tensor([0, 0, 1]), turn_rewards=rewards,
         num_turns=torch.tensor([2, 2, 0]), truncated=torch.tensor([truncated, truncated, False]),
-        extra={"episode_index": torch.tensor([0, 0, 1]), "turn_index": torch.tensor([0, 1, -1]),
-               "failed": torch.tensor([False, False, True])})
+        episode_index=torch.tensor([0, 0, 1]), turn_index=torch.tensor([0, 1, -1]),
+        failed=torch.tensor([False, False, True]))
 
 
 def _decode(ids):
@@ -66,7 +66,7 @@ def test_a_turn_before_an_empty_response_still_bootstraps():
         token_rewards=torch.zeros(3, 7), sample_log_probs=torch.zeros(3, 7), group_ids=torch.zeros(3).long(),
         turn_rewards=torch.tensor([[-1.0, -1.0, 0.0]] * 3), num_turns=torch.tensor([3, 3, 3]),
         truncated=torch.tensor([False] * 3),
-        extra={"episode_index": torch.tensor([0, 0, 0]), "turn_index": torch.tensor([0, 1, 2])})
+        episode_index=torch.tensor([0, 0, 0]), turn_index=torch.tensor([0, 1, 2]))
     recs, totals = transitions_from_batch(batch, _decode, gamma=1.0)
     assert totals == [-2.0]
     assert [(r.state, r.action, r.next_state, r.done) for r in recs] == [

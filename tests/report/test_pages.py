@@ -144,7 +144,7 @@ def _turn_layout_batch():
         sample_log_probs=torch.zeros(3, 5), group_ids=torch.tensor([1, 0, 1]),
         turn_rewards=torch.tensor([[0.0, 1.0], [-0.1, 0.0], [0.0, 1.0]]), num_turns=torch.tensor([2, 1, 2]),
         truncated=torch.zeros(3, dtype=torch.bool), episodes=[eps[0], eps[1], eps[0]],
-        extra={"episode_index": torch.tensor([1, 0, 1]), "turn_index": torch.tensor([1, 0, 0])})
+        episode_index=torch.tensor([1, 0, 1]), turn_index=torch.tensor([1, 0, 0]))
 
 
 def test_episode_token_records_turn_layout(char_tokenizer):

@@ -85,9 +85,8 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
     ro, groups = cfg.rollout, env_mix.n_train_groups(cfg)
     episodes, kept = groups * ro.group_size, derived.train_batch_size(cfg)
     filtered = f", rollout filter keeps {derived.kept_groups(cfg)} groups = {kept} episodes" if kept != episodes else ""
-    layout = layout_of(cfg)
-    max_rows = layout.rows.max_rows(kept, env_mix.max_turns(cfg))
-    rows = layout.rows_text(kept, env_mix.max_turns(cfg))
+    layout, turns = layout_of(cfg), env_mix.max_turns(cfg)
+    max_rows, rows = layout.rows.max_rows(kept, turns), layout.rows_text(kept, turns)
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]
     if cfg.trainer.sft_warmup_steps:  # ragen.trainer.warm_start (both families): epochs passes per expert batch
         sft, per_step = cfg.sft, math.ceil(max_rows / cfg.actor.mini_batch_size)

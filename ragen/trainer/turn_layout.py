@@ -1,7 +1,7 @@
 """Training on the ``turn`` layout (docs/design.md, the two layouts): one row per turn, each with the exact prompt the
 model saw. Estimators need each episode's model tokens in order, so advantages are computed on a per-episode
 compact view and scattered back to the turn rows; the row count varies per step, so the worker batch is padded
-with empty rows to a size the mini-batches and ranks divide.
+with empty rows to a size the mini-batches and ranks divide (``TurnLayout`` of ``ragen.trainer.layout``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import CHARS_PER_TOKEN, trajectory_token_estimate
 from ragen.workers.data import TrainBatch
 
-Credit = tuple[torch.Tensor, torch.Tensor]
+AdvantagesReturns = tuple[torch.Tensor, torch.Tensor]  # (advantages, returns), each (B, T)
 
 
 class Layout(Protocol):
@@ -50,7 +50,7 @@ class Layout(Protocol):
 
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
-                   **scalars) -> Credit:
+                   **scalars) -> AdvantagesReturns:
         """(advantages, returns) (B, T), 0 off the response; inputs as in ``phases.advantage_inputs``."""
         ...
 
@@ -87,7 +87,7 @@ class TrajectoryLayout:
 
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
-                   **scalars) -> Credit:
+                   **scalars) -> AdvantagesReturns:
         return phases.advantages(estimator, batch, values, bootstrap_values, token_penalties, **scalars)
 
     def checks(self, cfg: TrainConfig) -> list[str]:
@@ -134,7 +134,7 @@ class TurnLayout:
 
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
-                   **scalars) -> Credit:
+                   **scalars) -> AdvantagesReturns:
         return turn_layout.turn_layout_advantages(estimator, batch, values, bootstrap_values, token_penalties,
                                                   **scalars)
 

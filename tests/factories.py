@@ -6,7 +6,7 @@ conftest.py, on ``sys.path``). The layouts follow the records' docstrings (``rag
 ``ragen.workers.data.TrainBatch``): every (B, T) tensor right-padded (pad id 0); ``attention_mask`` 1 on real
 tokens; ``response_mask`` 1 on model tokens only; ``turn_ids`` k on turn k's model tokens, -1 elsewhere; a turn's
 reward on its last model token. The ``turn`` layout's per-row bookkeeping (which episode and turn a row holds, which
-rows are failed placeholders) is written by :func:`_layout_extra` only.
+rows are failed placeholders) is written by :func:`_layout_fields` only.
 """
 
 from __future__ import annotations
@@ -146,20 +146,20 @@ def rollout_batch(rows: Sequence[Sequence[Segment]], turn_rewards: Sequence[Sequ
         group_ids=torch.arange(B) if group_ids is None else torch.as_tensor(group_ids),
         num_turns=torch.tensor([len(r) for r in turn_rewards]),
         truncated=torch.zeros(B, dtype=torch.bool) if truncated is None else torch.as_tensor(truncated),
-        episodes=list(episodes), extra=_layout_extra(turn_rows, failed))
+        episodes=list(episodes), **_layout_fields(turn_rows, failed))
     return RolloutBatch(**{**built, **fields})
 
 
-def _layout_extra(turn_rows: tuple[Sequence[int], Sequence[int]] | None,
-                  failed: Sequence[bool] | None) -> dict[str, torch.Tensor]:
-    """The per-row bookkeeping of a ``turn``-layout batch, where ``RolloutBatch`` keeps it (``extra``)."""
-    extra = {}
+def _layout_fields(turn_rows: tuple[Sequence[int], Sequence[int]] | None,
+                   failed: Sequence[bool] | None) -> dict[str, torch.Tensor]:
+    """The per-row bookkeeping of a ``turn``-layout batch: ``RolloutBatch``'s typed (B,) fields."""
+    out = {}
     if turn_rows is not None:
-        extra["episode_index"] = torch.as_tensor(turn_rows[0])
-        extra["turn_index"] = torch.as_tensor(turn_rows[1])
+        out["episode_index"] = torch.as_tensor(turn_rows[0])
+        out["turn_index"] = torch.as_tensor(turn_rows[1])
     if failed is not None:
-        extra["failed"] = torch.as_tensor(failed)
-    return extra
+        out["failed"] = torch.as_tensor(failed)
+    return out
 
 
 def random_rollout(n_groups: int = 2, group_size: int = 2, max_turns: int = 3, seed: int = 0,

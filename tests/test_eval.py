@@ -268,7 +268,7 @@ def test_bad_arguments_exit_2_and_name_the_problem(tiny_folder, capsys):
         (["not-a-model", "--env", "bandit"], "not-a-model"),
         ([tiny_folder, tiny_folder, tiny_folder], "one or two models"),
         ([tiny_folder, "--env", "bandit", "env=sokoban"], "conflicts with --env"),
-        ([tiny_folder, "--env", "bandit", "agent.layout=bad"], "AgentConfig.layout"),
+        ([tiny_folder, "--env", "bandit", "agent.layout=bad"], "agent.layout='bad' is unknown"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv

@@ -20,7 +20,7 @@ def test_rollout_rows_put_each_turns_reward_on_its_last_model_token():
     assert b.token_rewards.tolist() == [[0, 0, 0, 0.5, 0, 2.0], [0, 0, 1.0, 0, 0, 0]]
     assert b.turn_rewards.tolist() == [[0.5, 2.0], [1.0, 0.0]] and b.num_turns.tolist() == [2, 1]
     assert b.group_ids.tolist() == [0, 1] and not b.truncated.any()
-    assert b.extra["turn_index"].tolist() == [1, 0] and b.select([1]).extra["episode_index"].tolist() == [1]
+    assert b.turn_index.tolist() == [1, 0] and b.select([1]).episode_index.tolist() == [1]
 
 
 def test_random_rollout_has_the_documented_layout():

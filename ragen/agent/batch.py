@@ -61,7 +61,14 @@ class RolloutBatch:
       state a ``truncated`` episode bootstraps from: its next generation prompt cut to the length budget,
       ``EpisodeContext.bootstrap_prompt``, the same on every row of the episode in both layouts; [] for episodes
       that ended).
-    ``metrics`` holds namespaced rollout metrics such as ``env/<name>/success``.
+    Per row, shape (B,), where the rollout maps rows to episodes (``ragen.agent.collate``; None on hand-built
+      batches that do not): failed (bool, the row's episode failed: the env raised, hung or returned garbage; its
+      rows train nothing), context_cut (bool, some prompt of the row's episode had history cut by
+      ``max_context_window`` / ``max_model_len``), episode_index (long, the row's episode: its slot in the rollout;
+      the ``turn`` layout's turn rows of one episode share it), turn_index (long, the row's turn in the ``turn``
+      layout, -1 for a whole-episode row or a placeholder).
+    ``metrics`` holds namespaced rollout metrics such as ``env/<name>/success``; ``extra`` holds a caller's own
+    per-row entries (tensors or lists of length B are kept aligned by :meth:`select`).
     """
 
     input_ids: torch.Tensor
@@ -79,6 +86,10 @@ class RolloutBatch:
     tool_results: torch.Tensor | None = None
     turn_obs_keys: list[list[str]] | None = None
     bootstrap_prompts: list[list[int]] | None = None
+    failed: torch.Tensor | None = None
+    context_cut: torch.Tensor | None = None
+    episode_index: torch.Tensor | None = None
+    turn_index: torch.Tensor | None = None
     episodes: list[EpisodeRecord] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -115,6 +126,10 @@ class RolloutBatch:
             tool_results=pick(self.tool_results),
             turn_obs_keys=None if self.turn_obs_keys is None else [self.turn_obs_keys[i] for i in rows],
             bootstrap_prompts=None if self.bootstrap_prompts is None else [self.bootstrap_prompts[i] for i in rows],
+            failed=pick(self.failed),
+            context_cut=pick(self.context_cut),
+            episode_index=pick(self.episode_index),
+            turn_index=pick(self.turn_index),
             episodes=[self.episodes[i] for i in rows] if self.episodes else [],
             metrics=dict(self.metrics),
             extra={k: _select_rows(v, idx, self.batch_size) for k, v in self.extra.items()},

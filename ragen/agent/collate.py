@@ -1,16 +1,16 @@
 """Turn finished episodes into a right-padded ``RolloutBatch`` and its namespaced metrics.
 
-Layouts (docs/design.md, the two layouts of a rollout):
+Layouts (docs/design.md, the two layouts of a rollout; each makes its rows in ``ragen.agent.layout``):
 
 * ``trajectory``: one row per episode, ``[prompt][turn 0][env][turn 1]...`` built from the exact sampled ids.
   When ``max_context_window`` or ``max_model_len`` cut a prompt, the row still holds the full history, so
-  for those turns it differs from what the model saw (``extra["context_cut"]`` flags such rows). Such a row
+  for those turns it differs from what the model saw (``RolloutBatch.context_cut`` flags such rows). Such a row
   trains nothing (like a failed episode: ``turn_ids`` -1, hence ``response_mask`` 0, and ``token_rewards`` 0),
   since its log-probs and values would be of a context the model never saw; ``rollout/context_cut_ratio``
   counts the cut episodes and the first cut batch of a run warns once, recommending ``agent.layout=turn``.
 * ``turn``: one row per generated turn: the exact prompt the model saw + its response. Per-episode fields
   (``group_ids``, ``turn_rewards``, ``num_turns``, ``truncated``, ``turn_obs_keys``, ``episodes``) are
-  repeated on every row of the episode; ``extra["episode_index"]`` / ``extra["turn_index"]`` (B,) map rows
+  repeated on every row of the episode; ``RolloutBatch.episode_index`` / ``turn_index`` (B,) map rows
   back to episodes so a trainer can gather each episode's model tokens in order.
 
 An episode that failed before its first turn has a one-token placeholder row (pad id, attention 1, no
@@ -28,37 +28,16 @@ from __future__ import annotations
 
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.agent.context import EpisodeContext
 from ragen.agent.env_manager import EnvSlot
+from ragen.agent.layout import RowLayout, turn_map
 
 # Warn-once flags of this process (one training run).
 _state = {"warned_context_cut": False}
-
-
-@dataclass
-class _Row:
-    ids: list[int]
-    log_probs: list[float]
-    turn_ids: list[int]
-    episode: int
-    turn: int  # -1: whole trajectory (or placeholder)
-
-
-def turn_map(ctx: EpisodeContext | None, n_turns: int) -> list[int]:
-    """The trained turn id of each of the episode's ``n_turns`` env turns (module docstring): turns with model
-    tokens are numbered 0, 1, ... in order; an empty turn takes the id of the previous turn with tokens, a leading
-    one that of the first (0)."""
-    sizes = [len(ctx.responses[k][0]) if ctx is not None and k < len(ctx.responses) else 0 for k in range(n_turns)]
-    out, last = [], -1
-    for n in sizes:
-        last += n > 0
-        out.append(max(last, 0))
-    return out
 
 
 def _merged(values: list, index: list[int], width: int, combine=sum) -> list:
@@ -69,41 +48,17 @@ def _merged(values: list, index: list[int], width: int, combine=sum) -> list:
     return [combine(g) if g else 0 for g in groups]
 
 
-def _rows(slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str,
-          max_len: int) -> list[_Row]:
-    """The rows of both layouts, each at most ``max_len`` tokens (no pass over the batch runs past the budget),
-    model tokens labelled with their trained turn id (:func:`turn_map`)."""
-    rows: list[_Row] = []
-    for e, ctx in enumerate(contexts):
-        if ctx is None or (layout == "turn" and ctx.num_turns == 0):
-            rows.append(_Row([pad_id], [0.0], [-1], e, -1))
-            continue
-        tmap = turn_map(ctx, ctx.num_turns)
-        if layout == "trajectory":
-            n = len(ctx.trained_ids(max_len))
-            rows.append(_Row(ctx.ids[:n], ctx.log_probs[:n], [tmap[k] if k >= 0 else -1 for k in ctx.turn_ids[:n]],
-                             e, -1))
-            continue
-        for k, (resp, lps) in enumerate(ctx.responses):
-            prompt = ctx.turn_prompts[k]
-            close = [] if resp and resp[-1] == ctx.fmt.eot_id else [ctx.fmt.eot_id]
-            ids = (prompt + resp + close)[:max_len]  # only an appended closing token can pass the budget
-            rows.append(_Row(ids, ([0.0] * len(prompt) + lps + [0.0] * len(close))[:max_len],
-                             ([-1] * len(prompt) + [tmap[k]] * len(resp) + [-1] * len(close))[:max_len], e, k))
-    return rows
-
-
 def build_batch(
-    slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: str = "trajectory",
+    slots: list[EnvSlot], contexts: list[EpisodeContext | None], pad_id: int, layout: RowLayout,
     max_len: int | None = None, bootstrap: list[list[int]] | None = None,
 ) -> RolloutBatch:
-    """The batch of ``slots``' finished episodes (see the module docstring for the layouts); rows are at most
+    """The batch of ``slots``' finished episodes in ``layout``'s rows (``ragen.agent.layout``); rows are at most
     ``max_len`` tokens (``max_model_len``; None = no limit). ``bootstrap``: per episode, the prompt a truncated
     episode bootstraps from (``EpisodeContext.bootstrap_prompt``; [] for episodes that ended), repeated on every
     row of the episode as ``RolloutBatch.bootstrap_prompts``."""
-    rows = _rows(slots, contexts, pad_id, layout, max_len or (1 << 62))
+    rows = layout.rows(contexts, pad_id, max_len or (1 << 62))
     cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
-    masked = [c and layout == "trajectory" for c in cut]  # a cut trajectory row is not what the model saw
+    masked = [r.masked for r in rows]  # not what the model saw (a cut trajectory row)
     maps = [turn_map(ctx, len(slot.turn_rewards)) for slot, ctx in zip(slots, contexts, strict=True)]
     b, t = len(rows), max(len(r.ids) for r in rows)
     k_max = max(1, max(len(s.turn_rewards) for s in slots))
@@ -158,12 +113,10 @@ def build_batch(
         bootstrap_prompts=None if bootstrap is None else [list(bootstrap[r.episode]) for r in rows],
         episodes=[s.record for s in picked if s.record is not None],
         metrics=metrics,
-        extra={
-            "failed": torch.tensor([s.failed for s in picked], dtype=torch.bool),
-            "context_cut": torch.tensor(cut, dtype=torch.bool),
-            "episode_index": episode,
-            "turn_index": torch.tensor([r.turn for r in rows], dtype=torch.long),
-        },
+        failed=torch.tensor([s.failed for s in picked], dtype=torch.bool),
+        context_cut=torch.tensor(cut, dtype=torch.bool),
+        episode_index=episode,
+        turn_index=torch.tensor([r.turn for r in rows], dtype=torch.long),
     )
 
 

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-LAYOUTS = ("trajectory", "turn")
+from ragen.agent.layout import ROW_LAYOUTS
+
 REMINDERS = ("every_turn", "first_turn")
 HISTORY_THINKING = ("keep", "strip")
 OBSERVATIONS = ("shown", "blind")
@@ -100,13 +101,14 @@ def agent_problems(c: Any, key: Callable[[str], str] = _own_key) -> list[str]:
         out.append(f"{key('max_model_len')} ({c.max_model_len}) must exceed max_new_tokens ({c.max_new_tokens})")
     if c.temperature < 0:  # 0 = greedy (validation); training needs > 0, checked by ActorConfig
         out.append(f"{key('temperature')} must be >= 0 (0 = greedy), got {c.temperature}")
-    if c.layout not in LAYOUTS:
-        out.append(f"{key('layout')} must be one of {LAYOUTS}, got {c.layout!r}")
+    rows = ROW_LAYOUTS.get(c.layout)
+    if rows is None:
+        out.append(f"{key('layout')} must be one of {tuple(ROW_LAYOUTS)}, got {c.layout!r}")
     if c.reminder not in REMINDERS:
         out.append(f"{key('reminder')} must be one of {REMINDERS}, got {c.reminder!r}")
     if c.history_thinking not in HISTORY_THINKING:
         out.append(f"{key('history_thinking')} must be one of {HISTORY_THINKING}, got {c.history_thinking!r}")
-    if c.history_thinking == "strip" and c.layout != "turn":
+    if rows is not None and c.history_thinking in HISTORY_THINKING and c.history_thinking not in rows.history_thinking:
         out.append(f"{key('history_thinking')}='strip' needs layout='turn' (a trajectory row holds every turn's "
                    "thinking, which later prompts leave out)")
     if c.observations not in OBSERVATIONS:

@@ -9,8 +9,8 @@ and the next prompt says the previous answer was not understood.
 
 Failed envs (exception in the env) keep a row in the batch so shapes and group sizes stay fixed, but the
 row trains nothing: its ``response_mask`` and ``token_rewards`` are zeroed and ``turn_ids`` set to -1;
-``extra["failed"]`` (B,) bool flags them, ``env/<name>/failed`` and ``rollout/env_errors`` count them, and each is
-logged with its env, seed and error (env calls past ``env_step_timeout`` and malformed step results fail too).
+``RolloutBatch.failed`` (B,) bool flags them, ``env/<name>/failed`` and ``rollout/env_errors`` count them, and
+each is logged with its env, seed and error (env calls past ``env_step_timeout`` and malformed step results fail too).
 A sample the engine ends with a finish reason in ``DROPPED_REASONS`` (vLLM's abort / error) fails its slot the
 same way (``agent/engine_dropped`` counts them); vLLM's "repetition" ends a real sample (kept;
 ``agent/repetition_stops``). Trainers using group-relative estimators may also drop the row's whole group with
@@ -38,6 +38,7 @@ from ragen.agent.collate import build_batch
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot
+from ragen.agent.layout import row_layout
 from ragen.agent.parser import clean_text, parse_response
 from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
 
@@ -62,6 +63,7 @@ class AgentProxy:
         self.engine = engine
         self.tokenizer = tokenizer
         self.cfg = agent
+        self.rows = row_layout(agent.layout)  # how finished episodes become rows (ragen.agent.layout)
         self.fmt = ChatFormat(tokenizer, agent.system_prompt, agent.response_prefix)
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = int(self.fmt.eot_id if pad is None else pad)
@@ -112,7 +114,7 @@ class AgentProxy:
         boot = [ctx.bootstrap_prompt(self.cfg.max_context_window, self.cfg.max_model_len, self.cfg.max_new_tokens)
                 if ctx is not None and slot.record.truncated else []
                 for slot, ctx in zip(manager.slots, contexts, strict=True)]
-        batch = build_batch(manager.slots, contexts, self.pad_id, self.cfg.layout, self.cfg.max_model_len, boot)
+        batch = build_batch(manager.slots, contexts, self.pad_id, self.rows, self.cfg.max_model_len, boot)
         batch.metrics.update(self._agent_metrics(stats, time.perf_counter() - start))
         live = [ctx for ctx in contexts if ctx is not None]
         cuts = [c for ctx in live for c in ctx.think_cuts]

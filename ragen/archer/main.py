@@ -10,6 +10,7 @@ from ragen.archer.dialogues import dialogue_problems
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.config_archer import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.trainer.derived import world_size
+from ragen.trainer.layout import layout_of
 from ragen.trainer.preflight import preflight, register, register_family
 
 register_family("archer", ALGORITHMS)
@@ -44,9 +45,8 @@ def check_archer(cfg: TrainConfig) -> list[str]:
                    f"algorithm.name={name}; leave it at token-mean")
     out += dialogue_problems(cfg)
     out += _rollout_correction_problems(cfg)
-    if cfg.agent.layout != "turn":
-        out.append(f"agent.layout={cfg.agent.layout!r}: the ArCHer family stores one replay record per turn with the "
-                   "exact prompt the model saw; set agent.layout=turn")
+    out += layout_of(cfg).turn_rows_problems("the ArCHer family stores one replay record per turn with the exact "
+                                             "prompt the model saw")
     if name != "chai" and a.batch_size % cfg.actor.mini_batch_size:
         out.append(f"archer.batch_size={a.batch_size} must be a multiple of actor.mini_batch_size="
                    f"{cfg.actor.mini_batch_size} (each actor / BC mini-batch is one or more optimizer steps)")

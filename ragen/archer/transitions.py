@@ -37,10 +37,10 @@ def transitions_from_batch(batch: RolloutBatch, decode: Callable[[list[int]], st
     next turn's prompt, also when that turn's response was empty (a record with no action tokens: the critic
     still learns its reward; BC skips it). ``first_episode`` numbers the episodes run-wide.
     """
-    if "turn_index" not in batch.extra:
+    if batch.turn_index is None or batch.episode_index is None:
         raise ValueError("ArCHer needs agent.layout=turn (one row per turn with the exact prompt the model saw)")
-    ep_idx, turn_idx = batch.extra["episode_index"].tolist(), batch.extra["turn_index"].tolist()
-    failed = batch.extra.get("failed", torch.zeros(batch.batch_size, dtype=torch.bool)).tolist()
+    ep_idx, turn_idx = batch.episode_index.tolist(), batch.turn_index.tolist()
+    failed = (torch.zeros(batch.batch_size, dtype=torch.bool) if batch.failed is None else batch.failed).tolist()
     rows: dict[int, dict[int, tuple[list[int], list[int]]]] = {}
     first_row: dict[int, int] = {}
     for i, (e, k) in enumerate(zip(ep_idx, turn_idx, strict=True)):

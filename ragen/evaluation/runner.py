@@ -160,9 +160,9 @@ def build_model(spec: ModelSpec, cfg: TrainConfig) -> tuple[Any, Any]:
 
 def episode_results(batch: RolloutBatch) -> list[EpisodeResult]:
     """One result per episode of ``batch``, in slot order (rows of the turn layout are deduplicated with
-    ``extra["episode_index"]``)."""
+    ``RolloutBatch.episode_index``)."""
     first: dict[int, EpisodeRecord] = {}
-    for index, record in zip(batch.extra["episode_index"].tolist(), batch.episodes, strict=True):
+    for index, record in zip(batch.episode_index.tolist(), batch.episodes, strict=True):
         first.setdefault(int(index), record)
     return [EpisodeResult.from_record(first[i]) for i in sorted(first)]
 

@@ -92,11 +92,11 @@ def token_row(batch: RolloutBatch, row: int, decode: PieceDecoder, credit: Credi
 def episode_rows(batch: RolloutBatch) -> list[list[int]]:
     """Row indices of each episode, episodes in order of first appearance, rows in turn order.
 
-    Trajectory layout: one row per episode. Turn layout: ``extra["episode_index"]`` / ``extra["turn_index"]``."""
-    ep = batch.extra.get("episode_index")
+    Trajectory layout: one row per episode. Turn layout: ``RolloutBatch.episode_index`` / ``turn_index``."""
+    ep = batch.episode_index
     if ep is None:
         return [[r] for r in range(batch.batch_size)]
-    turn = batch.extra.get("turn_index")
+    turn = batch.turn_index
     eps = ep.tolist()
     tks = turn.tolist() if turn is not None else [0] * len(eps)
     order: dict[int, list[int]] = {}

@@ -7,8 +7,9 @@ roles, batch shapes), ``env_mix`` (the envs of a run), ``prestart`` (the model l
 and ``plan`` (the dry run), ``builders`` (model folder, Ray, worker groups, engine, agent proxies), ``placement``
 (GPU placement groups, the vLLM engine's GPUs), ``driver`` (the run's set-up, checkpoint policy and logging:
 the base class of both trainers), ``warm_start`` (behaviour cloning on the envs' experts; the warm-start-only
-job), ``numerics`` (non-finite inputs never reach the weights), ``state`` (trainer state, RNG isolation) and
-``turn_layout`` / ``phases`` (pure helpers of a step).
+job), ``numerics`` (non-finite inputs never reach the weights), ``state`` (trainer state, RNG isolation),
+``layout`` (training on the row layout ``agent.layout`` names) and ``turn_layout`` / ``phases`` (pure helpers of a
+step).
 
 The PPO family: ``validate`` (its checks), ``inert`` (values that would change nothing), ``ppo_trainer`` (the
 loop and its run), ``bootstrap`` (values of episodes cut by the length budget), ``restarts`` (rebuilding dead

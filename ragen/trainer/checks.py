@@ -26,7 +26,6 @@ from ragen.rollout.registry import engine_entry, training_engines
 from ragen.trainer.config import TrainConfig, algorithm_problems, sft_problems, trainer_problems
 from ragen.trainer.config_archer import archer_problems
 from ragen.trainer.derived import (
-    CHARS_PER_TOKEN,
     critic_worker_needed,
     device,
     engine_gpus,
@@ -34,9 +33,9 @@ from ragen.trainer.derived import (
     needs_critic,
     total_gpus,
     training_gpus,
-    trajectory_token_estimate,
     world_size,
 )
+from ragen.trainer.layout import layout_of
 from ragen.trainer.preflight import register
 from ragen.utils.hardware import ENGINE_DTYPES
 from ragen.workers.config import VALUE_GRADS, actor_problems, critic_worker_problems
@@ -83,17 +82,7 @@ def check_agent(cfg: TrainConfig) -> list[str]:
     if ag.max_new_tokens >= ag.max_model_len:
         out.append(f"agent.max_new_tokens={ag.max_new_tokens} leaves no room for the prompt within "
                    f"agent.max_model_len={ag.max_model_len}; raise max_model_len or lower max_new_tokens")
-    elif ag.layout == "trajectory":
-        out += _check_trajectory_budget(cfg)
-    window = ag.max_context_window
-    if ag.layout == "trajectory" and window is not None and window < cfg.env.max_turn:
-        out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
-                   "trajectory row would not be what the model saw at every turn; use agent.layout=turn (or "
-                   "max_context_window=null)")
-    if ag.history_thinking == "strip" and ag.layout != "turn":
-        out.append(f"agent.history_thinking='strip' needs agent.layout=turn (got {ag.layout!r}): a trajectory row "
-                   "holds every turn's thinking, which later prompts leave out, so it is not what the model saw; set "
-                   "agent.layout=turn")
+    out += layout_of(cfg).checks(cfg)  # what would make the layout's rows differ from what the model saw
     if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
         out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
                    "old log-probs would not be those of the sampling distribution; set actor.temperature to the "
@@ -102,21 +91,6 @@ def check_agent(cfg: TrainConfig) -> list[str]:
         out.append(f"agent.top_p={ag.top_p} / agent.top_k={ag.top_k} truncate sampling, but the trainer's "
                    "log-probs are of the full distribution; keep top_p=1.0 and top_k=0 for training rollouts")
     return out
-
-
-def _check_trajectory_budget(cfg: TrainConfig) -> list[str]:
-    """The last turn's full-history prompt + its response must fit ``agent.max_model_len`` at worst-case response
-    lengths: prompt, observation and response tokens together (estimated, ``derived.trajectory_token_estimate``).
-    Otherwise history gets cut and the cut trajectory rows are masked out of training."""
-    ag, est = cfg.agent, trajectory_token_estimate(cfg)
-    if est.total <= ag.max_model_len:
-        return []
-    return [f"prompt budget: env.max_turn * agent.max_new_tokens = {est.responses} tokens of responses + about "
-            f"{est.first_prompt + est.observations} prompt and observation tokens (first prompt ~{est.first_prompt}, "
-            f"{cfg.env.max_turn - 1} later user message(s) ~{est.observations}; {CHARS_PER_TOKEN} characters per "
-            f"token) = {est.total} > agent.max_model_len={ag.max_model_len}: the last turns could not see the whole "
-            "history, and trajectory rows whose history is cut are masked out of training; raise "
-            "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]
 
 
 @register("trainer", reads=("trainer", "rollout", "critic", "actor.lr", "algorithm.name", "algorithm.estimator",

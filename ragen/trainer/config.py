@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.agent.layout import ROW_LAYOUTS
 from ragen.algorithms.registry import SHARED_SCALARS
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
 from ragen.trainer.config_archer import ALGORITHMS as ARCHER_ALGORITHMS
@@ -192,6 +193,10 @@ class AgentSection:
     reminder: str = "every_turn"
     history_thinking: str = "keep"
     observations: str = "shown"
+
+    def __post_init__(self) -> None:
+        if self.layout not in ROW_LAYOUTS:  # the one key every layout-dependent part of a run is chosen by
+            raise ValueError(f"agent.layout={self.layout!r} is unknown; use one of {', '.join(ROW_LAYOUTS)}")
 
 
 @dataclass(frozen=True)

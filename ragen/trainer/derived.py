@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ragen.agent.layout import row_layout
 from ragen.trainer.config import TrainConfig
 from ragen.workers.config import ActorConfig, CriticConfig, SharedValueHead
 
@@ -134,7 +135,7 @@ def optimizer_steps_per_trainer_step(cfg: TrainConfig, role: str) -> int:
     section = cfg.actor if role == "actor" else cfg.critic
     from ragen.trainer.env_mix import max_turns
 
-    rows = train_batch_size(cfg) * (max_turns(cfg) if cfg.agent.layout == "turn" else 1)
+    rows = row_layout(cfg.agent.layout).max_rows(train_batch_size(cfg), max_turns(cfg))
     return section.ppo_epochs * max(1, math.ceil(rows / section.mini_batch_size))
 
 

@@ -19,6 +19,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from ragen.trainer.config import SECTIONS, TrainConfig, default_section_values
+from ragen.trainer.layout import layout_of
 from ragen.trainer.preflight import register
 from ragen.workers.config import CriticConfig
 
@@ -57,7 +58,8 @@ def algorithm_keys_read(cfg: TrainConfig) -> tuple[str, ...]:
         read.add("eps")
     if alg.kl_in_reward:
         read |= {"kl_coef", "kl_kind"}
-    if cfg.agent.layout == "turn" or (alg.gamma == 1.0 and alg.lam == 1.0):
+    read -= set(layout_of(cfg).unread_algorithm_keys)
+    if alg.gamma == 1.0 and alg.lam == 1.0:
         read.discard("skip_env_tokens")
     if alg.estimator in OWN_STEP_SPLIT:
         read.discard("use_step_reward")
@@ -94,7 +96,7 @@ def _inert(cfg: TrainConfig, section: str, keys: tuple[str, ...], why: str, fix:
 def _algorithm(cfg: TrainConfig) -> list[str]:
     alg, read = cfg.algorithm, algorithm_keys_read(cfg)
     unread = tuple(f.name for f in dataclasses.fields(alg) if f.name not in read)
-    out = []
+    out, by_layout = [], layout_of(cfg).unread_algorithm_keys
     for key in unread:
         if key == "whiten":  # a self-whitened estimator: whitening again is the no-op, false the plain setting
             if alg.whiten:
@@ -103,8 +105,8 @@ def _algorithm(cfg: TrainConfig) -> list[str]:
                            f"(config/algorithm/{alg.estimator}.yaml does)")
             continue
         why = f"algorithm.estimator={alg.estimator!r} does not read it"
-        if key == "skip_env_tokens" and cfg.agent.layout == "turn":
-            why = "agent.layout=turn computes advantages on each episode's model tokens only (no env tokens)"
+        if key in by_layout:
+            why = by_layout[key]
         elif key == "skip_env_tokens" and key in _estimator_params(alg.estimator):
             why = "with algorithm.gamma=1 and algorithm.lam=1 the values at env tokens cancel out"
         elif key in ("kl_coef", "kl_kind"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ragen.agent.layout import row_layout
 from ragen.models.shape import ModelShape
 from ragen.trainer import derived, env_mix
 from ragen.trainer.config import TrainConfig
@@ -68,7 +69,7 @@ def _rows(mini: int, micro: int, world: int) -> int:
 
 def _infer_rows(cfg: TrainConfig, infer: int | None, micro: int, world: int) -> int:
     """Rows of one no-grad pass on one rank: the pass's chunk, unless the rank holds fewer rows."""
-    rows = derived.train_batch_size(cfg) * (env_mix.max_turns(cfg) if cfg.agent.layout == "turn" else 1)
+    rows = row_layout(cfg.agent.layout).max_rows(derived.train_batch_size(cfg), env_mix.max_turns(cfg))
     return max(1, min(infer or micro, math.ceil(rows / max(1, world))))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,6 @@ from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
 from ragen.algorithms.losses import kl_penalties
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig, rollout_correction_weights
-from ragen.trainer import turn_layout
 from ragen.utils.redaction import redact
 from ragen.workers.data import TrainBatch
 
@@ -61,8 +61,8 @@ def filter_groups_by_std(batch: RolloutBatch, ratio: float) -> tuple[RolloutBatc
 
 def episode_first_rows(batch: RolloutBatch) -> list[int]:
     """The first row of each episode, in row order (every row in the ``trajectory`` layout; one per episode's turn
-    rows in the ``turn`` layout, through ``extra["episode_index"]``)."""
-    index = batch.extra.get("episode_index")
+    rows in the ``turn`` layout, through ``RolloutBatch.episode_index``)."""
+    index = batch.episode_index
     if index is None:
         return list(range(batch.batch_size))
     seen: dict[int, int] = {}
@@ -71,15 +71,13 @@ def episode_first_rows(batch: RolloutBatch) -> list[int]:
     return sorted(seen.values())
 
 
-def to_train_batch(batch: RolloutBatch) -> TrainBatch:
-    """The worker-side view of a rollout batch (ids, attention and response masks; in the ``turn`` layout the
-    episode of each turn row as ``seq_ids``, so the ``seq-mean-*`` losses average over episodes as in the
-    ``trajectory`` layout)."""
-    turn_index = batch.extra.get("turn_index")
-    turn_rows = turn_index is not None and bool((turn_index >= 0).any())
+def to_train_batch(batch: RolloutBatch, seq_ids: torch.Tensor | None = None) -> TrainBatch:
+    """The worker-side view of a rollout batch: ids, attention and response masks, and ``seq_ids`` (B,) long, the
+    sequence each row belongs to (None = every row is its own). The layout chooses them
+    (``ragen.trainer.layout``): the ``turn`` layout passes each turn row's episode, so the ``seq-mean-*`` losses
+    average over episodes as in the ``trajectory`` layout."""
     return TrainBatch(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                      response_mask=batch.response_mask,
-                      seq_ids=batch.extra["episode_index"] if turn_rows else None)
+                      response_mask=batch.response_mask, seq_ids=seq_ids)
 
 
 def without_step_rewards(batch: RolloutBatch) -> RolloutBatch:
@@ -125,7 +123,7 @@ def advantage_inputs(
 def excluded_rows(batch: RolloutBatch) -> torch.Tensor | None:
     """(B,) bool rows that train nothing and stay out of group statistics: failed episodes (the env raised) and
     trajectory rows whose history was cut (``context_cut``: masked out in the trajectory layout)."""
-    failed, cut = batch.extra.get("failed"), batch.extra.get("context_cut")
+    failed, cut = batch.failed, batch.context_cut
     if failed is None or cut is None or cut.shape != failed.shape:
         return failed
     return failed | (cut & (batch.response_mask.sum(dim=1) == 0))
@@ -147,16 +145,17 @@ def advantages(
 
 
 def step_credit(
-    alg: AlgorithmSection, layout: str, batch: RolloutBatch, values: torch.Tensor | None,
-    bootstrap_values: torch.Tensor | None, old_log_probs: torch.Tensor, ref_log_probs: torch.Tensor | None,
+    alg: AlgorithmSection, estimate: Callable[..., tuple[torch.Tensor, torch.Tensor]], batch: RolloutBatch,
+    values: torch.Tensor | None, bootstrap_values: torch.Tensor | None, old_log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """The PPO step's credit: (advantages, returns, KL metrics) of ``batch`` under the ``algorithm`` section.
 
     The reward shaping of the section, then its estimator: with ``alg.kl_in_reward`` the per-token penalties
     ``-kl_coef * KL_kind(pi_old || pi_ref)`` (``kl_penalties``); with ``alg.use_step_reward=false`` the turns'
-    step rewards taken out of the token rewards (:func:`without_step_rewards`); then ``compute_advantage`` with
-    ``alg.advantage_kwargs()`` on the trajectory rows (:func:`advantages`) or, ``layout="turn"``, on each episode's
-    turn rows (``turn_layout.turn_layout_advantages``).
+    step rewards taken out of the token rewards (:func:`without_step_rewards`); then the estimator with
+    ``alg.advantage_kwargs()`` through ``estimate``, the layout's advantages (``Layout.advantages`` of
+    ``ragen.trainer.layout``: :func:`advantages` on trajectory rows, each episode's compact view on turn rows).
     values / old_log_probs / ref_log_probs: (B, T) over ``batch``'s rows (ref only read with ``kl_in_reward``);
     bootstrap_values: (B,) (see :func:`advantage_inputs`). Returns (B, T) tensors, 0 off the response.
     """
@@ -166,7 +165,6 @@ def step_credit(
             raise ValueError("algorithm.kl_in_reward needs the reference policy's log-probs")
         penalties, metrics = kl_penalties(old_log_probs, ref_log_probs, batch.response_mask, coef=alg.kl_coef,
                                           kind=alg.kl_kind)
-    estimate = turn_layout.turn_layout_advantages if layout == "turn" else advantages
     scored = batch if alg.use_step_reward else without_step_rewards(batch)
     adv, ret = estimate(alg.estimator, scored, values, bootstrap_values, penalties, **alg.advantage_kwargs())
     return adv, ret, metrics
@@ -249,12 +247,12 @@ def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch, old_log
 
     ``rc``: the ``algorithm.rollout_correction`` section; old_log_probs: (B, T) the actor's log-probs before the
     update, over ``batch``'s rows. The engine's log-probs are ``batch.sample_log_probs``, the tokens its model
-    tokens (``response_mask``), a sequence an episode (``extra["episode_index"]``: a turn-layout episode's turn rows
+    tokens (``response_mask``), a sequence an episode (``RolloutBatch.episode_index``: a turn-layout episode's turn rows
     share one ratio). Mode ``none`` gives neither weights nor a mask.
     """
     weights, metrics = rollout_correction_weights(
         old_log_probs, batch.sample_log_probs, batch.response_mask, mode=rc.mode, clip=rc.clip, low=rc.low,
-        high=rc.high, seq_agg=rc.seq_agg, seq_ids=batch.extra.get("episode_index"))
+        high=rc.high, seq_agg=rc.seq_agg, seq_ids=batch.episode_index)
     if weights is not None and rc.mode.endswith("_mask"):
         return Correction(None, weights, metrics)
     return Correction(weights, None, metrics)

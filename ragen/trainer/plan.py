@@ -19,6 +19,7 @@ from pathlib import Path
 from ragen.trainer import builders, derived, env_mix
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.config_archer import uses_critic
+from ragen.trainer.layout import layout_of
 from ragen.trainer.prestart import ModelCheck, check_before_start, saved_config
 
 
@@ -84,16 +85,14 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
     ro, groups = cfg.rollout, env_mix.n_train_groups(cfg)
     episodes, kept = groups * ro.group_size, derived.train_batch_size(cfg)
     filtered = f", rollout filter keeps {derived.kept_groups(cfg)} groups = {kept} episodes" if kept != episodes else ""
-    turn = cfg.agent.layout == "turn"
-    max_rows = kept * env_mix.max_turns(cfg) if turn else kept
-    rows = f"up to {max_rows} rows (turn layout: one per turn)" if turn else f"{kept} rows (trajectory layout: one " \
-        "per episode)"
+    layout, turns = layout_of(cfg), env_mix.max_turns(cfg)
+    max_rows, rows = layout.rows.max_rows(kept, turns), layout.rows_text(kept, turns)
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]
     if cfg.trainer.sft_warmup_steps:  # ragen.trainer.warm_start (both families): epochs passes per expert batch
         sft, per_step = cfg.sft, math.ceil(max_rows / cfg.actor.mini_batch_size)
         total = cfg.trainer.sft_warmup_steps * sft.epochs * per_step
         out.append(f"[ragen] warm start {cfg.trainer.sft_warmup_steps} steps x {sft.epochs} epoch(s) x "
-                   f"{'up to ' if turn else ''}{per_step} mini-batch(es) of {cfg.actor.mini_batch_size} rows = "
+                   f"{layout.at_most(per_step)} mini-batch(es) of {cfg.actor.mini_batch_size} rows = "
                    f"{total} optimizer steps; lr {sft.lr:g} ({sft.lr_schedule}), expert noise {sft.noise}")
     if cfg.algorithm.name != "ppo" or cfg.trainer.total_steps == 0:
         return out

@@ -39,6 +39,7 @@ from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
 from ragen.trainer.driver import Driver
 from ragen.trainer.hosted import HostedEngines
+from ragen.trainer.layout import layout_of
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
@@ -57,6 +58,7 @@ class PPOTrainer(Driver):
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
+        self.layout = layout_of(cfg)  # rows, worker batches and advantages of agent.layout (ragen.trainer.layout)
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
         self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
         self.engine_spec: Any = None  # the engine each actor rank hosts (None: the engine lives elsewhere)
@@ -213,10 +215,9 @@ class PPOTrainer(Driver):
         with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
-        tb = phases.to_train_batch(batch)
+        tb = self.layout.train_batch(batch)
         n_real = tb.batch_size
-        if cfg.agent.layout == "turn":  # a varying number of turn rows: pad to what mini-batches and ranks divide
-            tb = turn_layout.pad_rows(tb, self._row_multiple(), self.proxy.pad_id)
+        tb = self.layout.padded(tb, self._row_multiple(), self.proxy.pad_id)  # rows that mini-batches and ranks divide
         values = boot = None
         value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
         with self._timed("old_log_probs", t):
@@ -241,7 +242,7 @@ class PPOTrainer(Driver):
         with self._timed("advantages", t):
             real_values = None if values is None else values[:n_real]
             adv, ret, kl_metrics = phases.step_credit(
-                cfg.algorithm, cfg.agent.layout, batch, real_values, boot, old_lp[:n_real],
+                cfg.algorithm, self.layout.advantages, batch, real_values, boot, old_lp[:n_real],
                 None if ref_lp is None else ref_lp[:n_real])
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:

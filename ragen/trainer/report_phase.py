@@ -28,6 +28,7 @@ from ragen.report.records import Credit, episode_rows, episode_token_records, sa
 from ragen.trainer import phases, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.derived import estimator_needs_values
+from ragen.trainer.layout import layout_of
 
 
 def save_train_samples(trainer: Any, batch: RolloutBatch, credit: Credit, step: int) -> Path:
@@ -41,7 +42,7 @@ def save_train_samples(trainer: Any, batch: RolloutBatch, credit: Credit, step: 
 def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None) -> Credit:
     """Log-probs, values and advantages of a validation batch (module docstring); (B, T) tensors over its rows.
     ``rows``: the rows to run through the actor / critic (None = all); the others get zeros (not meaningful)."""
-    cfg = trainer.cfg
+    cfg, layout = trainer.cfg, layout_of(trainer.cfg)
     from ragen.trainer.builders import value_worker
 
     actor, critic = trainer.workers.get("actor"), value_worker(trainer.cfg, trainer.workers)
@@ -49,7 +50,7 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
     if actor is None:
         log_probs = batch.sample_log_probs
     else:
-        full = phases.to_train_batch(batch)
+        full = layout.train_batch(batch)
         picked = list(range(full.batch_size)) if rows is None else rows
         tb = full.select(picked) if len(picked) < full.batch_size else full
         n = tb.batch_size
@@ -68,9 +69,8 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):
         return Credit(log_probs=log_probs)
-    estimate = turn_layout.turn_layout_advantages if cfg.agent.layout == "turn" else phases.advantages
     scored = batch if alg.use_step_reward else phases.without_step_rewards(batch)
-    adv, ret = estimate(alg.estimator, scored, values, boot, None, **alg.advantage_kwargs())
+    adv, ret = layout.advantages(alg.estimator, scored, values, boot, None, **alg.advantage_kwargs())
     return Credit(advantages=adv, returns=ret, values=values, log_probs=log_probs)
 
 

@@ -1,7 +1,7 @@
 """Training on the ``turn`` layout (docs/design.md, the two layouts): one row per turn, each with the exact prompt the
 model saw. Estimators need each episode's model tokens in order, so advantages are computed on a per-episode
 compact view and scattered back to the turn rows; the row count varies per step, so the worker batch is padded
-with empty rows to a size the mini-batches and ranks divide.
+with empty rows to a size the mini-batches and ranks divide (``TurnLayout`` of ``ragen.trainer.layout``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ragen.workers.data import TrainBatch
 def _positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
     """Flat index of every model token: (row, col) in the batch and (episode slot, position) in the compact view,
     plus the first row of each episode."""
-    ep, tk = batch.extra["episode_index"].tolist(), batch.extra["turn_index"].tolist()
+    ep, tk = batch.episode_index.tolist(), batch.turn_index.tolist()
     episodes = sorted(set(ep))
     slot = {e: i for i, e in enumerate(episodes)}
     rows, cols, eps, pos = [], [], [], []
@@ -63,7 +63,6 @@ def turn_layout_advantages(
     mask[eps, pos] = 1
     idx = torch.tensor(first)
     pick = (lambda t: None if t is None else t[idx])  # noqa: E731
-    failed = batch.extra.get("failed")
     inputs = AdvantageInputs(
         token_rewards=gather(batch.token_rewards.float()), response_mask=mask, turn_ids=gather(batch.turn_ids, -1),
         values=None if values is None else gather(values.float()), group_ids=pick(batch.group_ids),
@@ -72,7 +71,7 @@ def turn_layout_advantages(
         turn_obs_keys=None if batch.turn_obs_keys is None else [batch.turn_obs_keys[i] for i in first],
         bootstrap_values=None if bootstrap_values is None else bootstrap_values.float()[idx],
         token_penalties=None if token_penalties is None else gather(token_penalties.float()),
-        failed=pick(failed),
+        failed=pick(batch.failed),
     )
     adv_c, ret_c = compute_advantage(estimator, inputs, **scalars)
     adv = torch.zeros(batch.input_ids.shape, dtype=adv_c.dtype)

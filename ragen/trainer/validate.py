@@ -24,6 +24,7 @@ from ragen.trainer.derived import (
     world_size,
 )
 from ragen.trainer.env_mix import per_env_configs
+from ragen.trainer.layout import layout_of
 from ragen.trainer.preflight import preflight, register, register_family
 
 register_family("ppo", ("ppo",), envs=per_env_configs)
@@ -155,7 +156,7 @@ def _check_batching(section: str, mini: int, micro: int, batch: int | None, worl
                             "trainer"), after=("env_mix", "world_sizes", "groups"), families=("ppo",))
 def check_batches(cfg: TrainConfig) -> list[str]:
     batch, out = train_batch_size(cfg), []
-    rows = None if cfg.agent.layout == "turn" else batch
+    rows = layout_of(cfg).rows.fixed_rows(batch)  # None: the rows vary per step (padded to divide)
     out += _check_batching("actor", cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, rows,
                            world_size(cfg, "actor"))
     if needs_critic(cfg) and not cfg.critic.share_backbone:

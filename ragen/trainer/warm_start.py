@@ -31,8 +31,9 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
-from ragen.trainer import numerics, phases, turn_layout
+from ragen.trainer import numerics
 from ragen.trainer.config import TrainConfig
+from ragen.trainer.layout import layout_of
 from ragen.utils import console
 from ragen.utils.checkpoint import reference_dir
 from ragen.utils.timing import timed
@@ -103,7 +104,7 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
     actor = trainer.workers["actor"]
     responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
-    steps = cfg.trainer.sft_warmup_steps
+    steps, layout = cfg.trainer.sft_warmup_steps, layout_of(cfg)
     # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
     failed = numerics.FailedEpisodesGuard(min(cfg.trainer.max_failed_steps, 1), what="warm-start step")
     bar = tqdm(total=steps, desc="warm start", unit="step", file=console.err_stream(),
@@ -113,9 +114,7 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
         with timed("sft_rollout", t):
             batch = proxy.rollout("train", responder=responder)
         failed.record(k + 1, batch.episodes)
-        tb = phases.to_train_batch(batch)
-        if cfg.agent.layout == "turn":
-            tb = turn_layout.pad_rows(tb, trainer._row_multiple(), proxy.pad_id)
+        tb = layout.padded(layout.train_batch(batch), trainer._row_multiple(), proxy.pad_id)
         with timed("sft_update", t):
             metrics = actor.call("sft_update", tb, epochs=cfg.sft.epochs, **sft_rates(cfg.sft, k, steps))
         metrics.update({f"sft/{k2}": v for k2, v in batch.metrics.items() if k2.startswith("env/")})

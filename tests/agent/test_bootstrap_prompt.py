@@ -114,7 +114,7 @@ def test_layouts_agree_on_truncated_episodes(char_tok, fake_engine, name):
     a2, _ = turn_layout_advantages(name, turn, vn, b_turn, **kw)
     e1 = {r: a1[r][traj.response_mask[r].bool()] for r in range(traj.batch_size)}
     e2 = {}
-    for r, e in enumerate(turn.extra["episode_index"].tolist()):
+    for r, e in enumerate(turn.episode_index.tolist()):
         e2.setdefault(e, []).append(a2[r][turn.response_mask[r].bool()])
     for e in e1:
         torch.testing.assert_close(e1[e], torch.cat(e2[e]), atol=1e-5, rtol=1e-5)

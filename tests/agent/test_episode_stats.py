@@ -29,7 +29,7 @@ def _rollout(char_tok, fake_engine, layout: str):
 
 def _episode_rows(batch):
     first = {}
-    for r, e in enumerate(batch.extra["episode_index"].tolist()):
+    for r, e in enumerate(batch.episode_index.tolist()):
         first.setdefault(e, r)
     return first
 
@@ -39,7 +39,7 @@ def test_filter_keeps_the_same_groups_in_both_layouts(char_tok, fake_engine):
     assert sorted(set(turn.num_turns.tolist())) == [2, 3, 4] and turn.batch_size == 27
     # give the groups different spreads: group g's episodes get extra rewards g * (0, 1, 5)
     for batch in (traj, turn):
-        for r, e in enumerate(batch.extra["episode_index"].tolist()):
+        for r, e in enumerate(batch.episode_index.tolist()):
             batch.turn_rewards[r, 0] += int(batch.group_ids[r]) * (0, 1, 5)[e % 3]
     k_traj, m_traj = filter_groups_by_std(traj, 0.3)
     k_turn, m_turn = filter_groups_by_std(turn, 0.3)
@@ -54,8 +54,8 @@ def test_filter_keeps_the_same_groups_in_both_layouts(char_tok, fake_engine):
 def test_failed_episodes_do_not_count_in_the_std(char_tok, fake_engine):
     for layout in ("trajectory", "turn"):
         batch = _rollout(char_tok, fake_engine, layout)
-        failed = batch.extra["episode_index"] == 1  # episode 1 (group 0) failed: its partial reward is noise
-        batch.extra["failed"] = failed
+        failed = batch.episode_index == 1  # episode 1 (group 0) failed: its partial reward is noise
+        batch.failed = failed
         base = filter_groups_by_std(batch, 1.0)[1]["rollout/group_reward_std_mean"]
         batch.turn_rewards[failed] += 100.0
         noisy = dataclasses.replace(batch)

@@ -177,7 +177,7 @@ def check_rollout(batch, contexts, calls, tok, plain_template: str, prefix: str)
         fed.update({(e, k): (p, s) for e, p, s in zip(active, prompts, samples, strict=True)})
     eot = contexts[0].fmt.eot_id
     for r in range(batch.batch_size):
-        e, k = int(batch.extra["episode_index"][r]), int(batch.extra["turn_index"][r])
+        e, k = int(batch.episode_index[r]), int(batch.turn_index[r])
         prompt, sample = fed[(e, k)]
         ctx = contexts[e]
         close = [] if sample.token_ids and sample.token_ids[-1] == eot else [eot]

@@ -70,7 +70,7 @@ def test_env_exception_is_isolated(char_tok, where, fake_engine):
     assert failed == [False, False, True, True]
     assert all(f"boom in {where}" in e.error for e in batch.episodes[2:])
     assert batch.metrics["env/test_line/failed"] == 2.0
-    assert batch.extra["failed"].tolist() == failed
+    assert batch.failed.tolist() == failed
     assert batch.turn_rewards[:2].tolist() == [[1.0, 0.0, 2.0]] * 2  # the healthy group is unaffected
     assert batch.response_mask[2:].sum() == 0 and batch.token_rewards[2:].abs().sum() == 0
     assert (batch.turn_ids[2:] == -1).all() and batch.attention_mask[2:].sum(1).min() >= 1
@@ -90,7 +90,7 @@ def test_context_window_keeps_last_turns(char_tok, monkeypatch, fake_engine):
     assert "pos=1" in p2 and "pos=2" in p2 and "pos=0" not in p2  # turn 0 dropped, turn 1 kept
     assert p2.count("<answer>right</answer>") == 1
     assert batch.metrics["agent/context_truncations"] == 0.0  # the window is not a truncation
-    assert bool(batch.extra["context_cut"][0]) and batch.metrics["rollout/context_cut_ratio"] == 1.0
+    assert bool(batch.context_cut[0]) and batch.metrics["rollout/context_cut_ratio"] == 1.0
     n = int(batch.attention_mask[0].sum())  # the trajectory row still holds all three turns...
     assert char_tok.decode(batch.input_ids[0, :n].tolist()).count("<answer>right</answer>") == 3
     assert int(batch.response_mask[0].sum()) == 0  # ...but trains none: turn 2 saw a different context
@@ -137,7 +137,7 @@ def test_history_free_prompt_that_no_longer_fits_ends_episode_as_truncated(char_
     assert len(engine.calls) == 1 and batch.num_turns.tolist() == [1]
     assert batch.truncated.tolist() == [True] and batch.metrics["agent/prompt_overflow"] == 1.0
     assert batch.metrics["agent/context_truncations"] == (1.0 if window is None else 0.0)
-    assert not batch.extra["context_cut"].any() and int(batch.response_mask.sum()) == 8
+    assert not batch.context_cut.any() and int(batch.response_mask.sum()) == 8
 
 
 def test_seeds_advance_in_train_fixed_in_val_and_resume(char_tok, fake_engine):

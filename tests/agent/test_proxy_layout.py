@@ -88,10 +88,10 @@ def test_turn_layout_rows_are_exact_prompts(char_tok, fake_engine):
     proxy = AgentProxy(engine, char_tok, cfg, [EnvGroupSpec("test_line", {}, n_groups=1, group_size=2)], [])
     batch = proxy.rollout()
     assert batch.batch_size == 6
-    assert batch.extra["episode_index"].tolist() == [0, 0, 0, 1, 1, 1]
-    assert batch.extra["turn_index"].tolist() == [0, 1, 2, 0, 1, 2]
+    assert batch.episode_index.tolist() == [0, 0, 0, 1, 1, 1]
+    assert batch.turn_index.tolist() == [0, 1, 2, 0, 1, 2]
     for row in range(6):
-        e, k = int(batch.extra["episode_index"][row]), int(batch.extra["turn_index"][row])
+        e, k = int(batch.episode_index[row]), int(batch.turn_index[row])
         prompt = engine.calls[k][0][e]
         n = len(prompt)
         assert batch.input_ids[row, :n].tolist() == prompt
@@ -102,7 +102,7 @@ def test_turn_layout_rows_are_exact_prompts(char_tok, fake_engine):
         assert float(batch.token_rewards[row, n + len(sampled) - 1]) == float(batch.turn_rewards[row, k])
     # window = 1: turn 2's prompt starts with a fresh first message holding turn 1's observation.
     assert char_tok.decode(engine.calls[2][0][0]).startswith("<s><|user|>Walk on a line.\n\nTurn 2. State:\npos=1")
-    assert batch.extra["context_cut"].all()
+    assert batch.context_cut.all()
 
 
 def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch, fake_engine):
@@ -122,7 +122,7 @@ def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch, f
     proxy = AgentProxy(fake_engine(responses(char_tok)), char_tok, cfg, spec, [])
     with pytest.warns(UserWarning, match="agent.layout=turn"):
         batch = proxy.rollout()
-    assert batch.extra["context_cut"].tolist() == [True, False]
+    assert batch.context_cut.tolist() == [True, False]
     assert batch.metrics["rollout/context_cut_ratio"] == 0.5
     assert int(batch.response_mask[0].sum()) == 0 and (batch.turn_ids[0] == -1).all()
     assert batch.token_rewards[0].abs().sum() == 0 and batch.sample_log_probs[0].abs().sum() == 0
@@ -154,12 +154,12 @@ def test_empty_response_keeps_its_reward_and_valid_turn_ids(char_tok, fake_engin
     spec = [EnvGroupSpec("test_line", {"rewards": (1.0, 0.5, 2.0)}, n_groups=1, group_size=2)]
     cfg = AgentConfig(max_turn=3, think=False, max_new_tokens=64, layout=layout)
     batch = AgentProxy(fake_engine(script), char_tok, cfg, spec, []).rollout()
-    first = {e: r for r, e in reversed(list(enumerate(batch.extra["episode_index"].tolist())))}
+    first = {e: r for r, e in reversed(list(enumerate(batch.episode_index.tolist())))}
     row0 = first[0]
     # env 0: turn 0 steps right (reward 1.0), turn 1 is empty (format penalty -0.1), turn 2 steps right (0.5)
     assert batch.num_turns[row0] == 3
     assert batch.turn_rewards[row0].tolist() == pytest.approx([0.9, 0.5, 0.0])
-    rows0 = [r for r in range(batch.batch_size) if batch.extra["episode_index"][r] == 0]
+    rows0 = [r for r in range(batch.batch_size) if batch.episode_index[r] == 0]
     assert float(batch.token_rewards[rows0].sum()) == pytest.approx(1.4)  # nothing lost
     assert sorted(set(batch.turn_ids[rows0][batch.response_mask[rows0].bool()].tolist())) == [0, 1]
     assert len(batch.turn_obs_keys[row0]) == 2

@@ -42,7 +42,7 @@ def test_real_rollout_ids_and_log_probs(model_and_tok, env_name):
     cfg = AgentConfig(max_turn=2, max_new_tokens=32, temperature=1.0)
     proxy = AgentProxy(engine, tok, cfg, [EnvGroupSpec(env_name, {}, n_groups=1, group_size=2)], [], seed=3)
     batch = proxy.rollout("train")
-    assert batch.batch_size == 2 and not batch.extra["failed"].any()
+    assert batch.batch_size == 2 and not batch.failed.any()
     assert batch.input_ids.dtype == torch.long and batch.group_ids.tolist() == [0, 0]
     # The sampled ids sit exactly at the model-token positions of their turn, right after the engine's prompt.
     for k, (prompts, samples) in enumerate(engine.calls):

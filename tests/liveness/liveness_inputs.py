@@ -95,10 +95,6 @@ def trajectory_batch() -> RolloutBatch:
         "log_probs": (lp_old + delta) * on,
         "entropy": _token_tensor(5, (B, T), 0.3, 1.0).abs() * on,
         "last_values": _token_tensor(6, (B, 1), 0.8).flatten(),
-        "failed": torch.tensor([ep[4] for ep in EPISODES]),
-        "context_cut": torch.zeros(B, dtype=torch.bool),
-        "episode_index": torch.arange(B),
-        "turn_index": torch.full((B,), -1),
     }
     keys = [[f"g{ep[0]}-k{k}" + ("" if k == 0 else f"-{b % 2}") for k in range(len(ep[1]))]
             for b, ep in enumerate(EPISODES)]
@@ -107,7 +103,9 @@ def trajectory_batch() -> RolloutBatch:
         sample_log_probs=engine * on, group_ids=torch.tensor([ep[0] for ep in EPISODES]),
         turn_rewards=turn_rewards, num_turns=torch.tensor([len(ep[1]) for ep in EPISODES]),
         truncated=torch.tensor([ep[3] for ep in EPISODES]), step_rewards=step_rewards,
-        outcome_rewards=torch.tensor([ep[2] for ep in EPISODES]), tool_results=tools, turn_obs_keys=keys, extra=extra,
+        outcome_rewards=torch.tensor([ep[2] for ep in EPISODES]), tool_results=tools, turn_obs_keys=keys,
+        failed=torch.tensor([ep[4] for ep in EPISODES]), context_cut=torch.zeros(B, dtype=torch.bool),
+        episode_index=torch.arange(B), turn_index=torch.full((B,), -1), extra=extra,
     )
 
 
@@ -140,15 +138,15 @@ def to_turn_layout(traj: RolloutBatch) -> RolloutBatch:
             x = traj.extra[name][b, :end]
             per_token[name][r, :end] = x if name == "values" else torch.where(mine, x, 0.0)
     ep = torch.tensor([b for b, _, _ in rows])
-    extra = {**per_token, "last_values": traj.extra["last_values"][ep], "failed": traj.extra["failed"][ep],
-             "context_cut": torch.zeros(n, dtype=torch.bool), "episode_index": ep,
-             "turn_index": torch.tensor([k for _, k, _ in rows])}
+    extra = {**per_token, "last_values": traj.extra["last_values"][ep]}
     return RolloutBatch(
         input_ids=out["input_ids"], attention_mask=out["attention_mask"], response_mask=(tids >= 0).long(),
         turn_ids=tids, token_rewards=rewards, sample_log_probs=sample,
         group_ids=traj.group_ids[ep], turn_rewards=traj.turn_rewards[ep], num_turns=traj.num_turns[ep],
         truncated=traj.truncated[ep], step_rewards=traj.step_rewards[ep], outcome_rewards=traj.outcome_rewards[ep],
-        tool_results=traj.tool_results[ep], turn_obs_keys=[traj.turn_obs_keys[b] for b in ep.tolist()], extra=extra,
+        tool_results=traj.tool_results[ep], turn_obs_keys=[traj.turn_obs_keys[b] for b in ep.tolist()],
+        failed=traj.failed[ep], context_cut=torch.zeros(n, dtype=torch.bool), episode_index=ep,
+        turn_index=torch.tensor([k for _, k, _ in rows]), extra=extra,
     )
 
 

@@ -101,20 +101,22 @@ def rejection(cfg_or_error: TrainConfig | ConfigError, overrides: tuple[str, ...
 
 def credit(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     from ragen.trainer import phases
+    from ragen.trainer.layout import layout_of
 
     batch, _ = phases.filter_groups_by_std(inputs.batch(cfg.agent.layout), cfg.algorithm.rollout_filter_ratio)
     x = batch.extra
-    adv, ret, _ = phases.step_credit(cfg.algorithm, cfg.agent.layout, batch, x["values"], x["last_values"],
+    adv, ret, _ = phases.step_credit(cfg.algorithm, layout_of(cfg).advantages, batch, x["values"], x["last_values"],
                                      x["old_log_probs"], x["ref_log_probs"])
     return {"advantages": adv, "returns": ret, "_batch": batch}
 
 
 def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
-    """The actor's loss on the probe batch, built as the trainer builds it: ``phases.to_train_batch`` (the turn
-    layout's episode ids as ``seq_ids``), rollout correction's weights or rejection mask, and the normalisers of
-    ``Trainable.update`` (``mini_batch_counts``) over the batch as one mini-batch."""
+    """The actor's loss on the probe batch, built as the trainer builds it: ``Layout.train_batch`` (the turn
+    layout's episode ids as ``seq_ids``, ``ragen.trainer.layout``), rollout correction's weights or rejection mask,
+    and the normalisers of ``Trainable.update`` (``mini_batch_counts``) over the batch as one mini-batch."""
     from ragen.trainer import phases
     from ragen.trainer.derived import actor_worker_config
+    from ragen.trainer.layout import layout_of
     from ragen.workers.actor import policy_objective
     from ragen.workers.trainable import mini_batch_counts
 
@@ -122,7 +124,7 @@ def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     batch = c.pop("_batch")
     x = batch.extra
     correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
-    tb = phases.to_train_batch(batch).with_fields(
+    tb = layout_of(cfg).train_batch(batch).with_fields(
         old_log_probs=x["old_log_probs"], ref_log_probs=x["ref_log_probs"], advantages=c["advantages"],
         is_weights=correction.is_weights, keep_mask=correction.keep_mask)
     [(num_tokens, num_seqs, seq_tokens)] = mini_batch_counts([tb], lambda b: b.actor_mask, torch.device("cpu"))

@@ -107,8 +107,9 @@ def test_slow_case(row, case):
 
 @pytest.mark.parametrize("agg", ["seq-mean-token-sum", "seq-mean-token-mean"])
 def test_the_loss_probe_sees_the_turn_layouts_episode_grouping(agg, monkeypatch):
-    # the walk's loss probe builds its batch as the trainer does (phases.to_train_batch: turn rows carry their
-    # episode as seq_ids); without the grouping a seq-mean loss counts turn rows as sequences, which must show
+    # the walk's loss probe builds its batch as the trainer does (Layout.train_batch: turn rows carry their
+    # episode as seq_ids, through phases.to_train_batch); without the grouping a seq-mean loss counts turn rows as
+    # sequences, which must show
     import liveness_probes as P
 
     from ragen.trainer import phases
@@ -116,6 +117,6 @@ def test_the_loss_probe_sees_the_turn_layouts_episode_grouping(agg, monkeypatch)
     cfg = P.Configs().build(("agent.layout=turn", "env=frozen_lake", "env.max_turn=3"), "actor.loss_agg", agg)
     grouped = P.loss(cfg)
     real = phases.to_train_batch
-    monkeypatch.setattr(phases, "to_train_batch", lambda batch: real(batch).with_fields(seq_ids=None))
+    monkeypatch.setattr(phases, "to_train_batch", lambda batch, seq_ids=None: real(batch))
     ungrouped = P.loss(cfg)
     assert not torch.allclose(grouped["loss"], ungrouped["loss"], rtol=1e-4)

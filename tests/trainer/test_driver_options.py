@@ -61,9 +61,9 @@ def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
         seen["log_probs"].append((self.role, out.clone()))
         return out
 
-    def spy_tb(batch):
+    def spy_tb(batch, **kw):
         seen["batches"].append(batch)
-        return real_tb(batch)
+        return real_tb(batch, **kw)
 
     def spy_ca(name, inputs, **kw):
         seen["inputs"].append(inputs)
@@ -117,9 +117,9 @@ def test_rollout_correction_weights_reach_the_actor(tmp_path, monkeypatch):
     seen = {"old": [], "batches": [], "updates": []}
     real_tb, real_call = phases.to_train_batch, LocalWorkerGroup.call
 
-    def spy_tb(batch):
+    def spy_tb(batch, **kw):
         seen["batches"].append(batch)
-        return real_tb(batch)
+        return real_tb(batch, **kw)
 
     def spy_call(self, method, batch=None, **kw):  # the driver's batches and results, in the driver's row order
         out = real_call(self, method, batch, **kw)
@@ -138,7 +138,7 @@ def test_rollout_correction_weights_reach_the_actor(tmp_path, monkeypatch):
     batch, old, update = seen["batches"][0], seen["old"][0], seen["updates"][0]
     n = batch.batch_size
     expected, _ = rollout_correction_weights(old[:n], batch.sample_log_probs, batch.response_mask, mode="seq_tis",
-                                             seq_agg="product", seq_ids=batch.extra["episode_index"])
+                                             seq_agg="product", seq_ids=batch.episode_index)
     assert update.batch_size % 3 == 0 and update.batch_size >= n
     torch.testing.assert_close(update.is_weights[:n], expected, atol=0, rtol=0)
     assert not update.is_weights[n:].any()

@@ -97,13 +97,13 @@ def test_tool_results_reach_ms_grpo_and_ms_po_in_both_layouts(fake_engine):
     assert traj.num_turns.tolist() == [2, 2, 1, 1]
     inputs = phases.advantage_inputs(traj, None, None, None)
     assert torch.equal(inputs.tool_results, traj.tool_results)
-    first_rows = turn.extra["turn_index"] == 0
+    first_rows = turn.turn_index == 0
     assert turn.tool_results[first_rows].tolist() == traj.tool_results.tolist()
     for name in ("ms_grpo", "ms_po"):
         a1, _ = phases.advantages(name, traj, None)
         a2, _ = turn_layout_advantages(name, turn, None)
         e1 = _episode_tokens(traj, a1, list(range(traj.batch_size)))
-        e2 = _episode_tokens(turn, a2, turn.extra["episode_index"].tolist())
+        e2 = _episode_tokens(turn, a2, turn.episode_index.tolist())
         assert e1.keys() == e2.keys() == {0, 1, 2, 3}
         for e in e1:
             torch.testing.assert_close(torch.tensor(e2[e]), torch.tensor(e1[e]), atol=1e-6, rtol=0)

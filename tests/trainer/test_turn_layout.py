@@ -45,7 +45,7 @@ def test_turn_layout_advantages_equal_trajectory_layout(fake_engine):
         a1, r1 = advantages(name, traj, vt, **kw)
         a2, r2 = turn_layout_advantages(name, turn, vn, **kw)
         e1 = _per_episode(traj, a1, list(range(traj.batch_size)))
-        e2 = _per_episode(turn, a2, turn.extra["episode_index"].tolist())
+        e2 = _per_episode(turn, a2, turn.episode_index.tolist())
         assert e1.keys() == e2.keys()
         for e in e1:
             assert torch.allclose(torch.tensor(e1[e]), torch.tensor(e2[e]), atol=1e-5), (name, e)
@@ -58,8 +58,8 @@ def test_filter_reindexes_turn_rows_and_padding(fake_engine):
     turn.turn_rewards[turn.group_ids == 1] += torch.arange(int((turn.group_ids == 1).sum())).view(-1, 1).float()
     kept, _ = filter_groups_by_std(turn, 0.5)
     assert set(kept.group_ids.tolist()) == {1}
-    assert kept.extra["episode_index"].shape[0] == kept.batch_size
-    assert set(kept.extra["episode_index"].tolist()) == {2, 3}
+    assert kept.episode_index.shape[0] == kept.batch_size
+    assert set(kept.episode_index.tolist()) == {2, 3}
     tb = TrainBatch(input_ids=kept.input_ids, attention_mask=kept.attention_mask, response_mask=kept.response_mask)
     m = row_multiple(4, 8, 1)
     padded = pad_rows(tb, m, 0)
@@ -92,7 +92,7 @@ def _hand_batch(truncated=(False, False)) -> RolloutBatch:
         token_rewards=rewards, sample_log_probs=torch.zeros(b, t), group_ids=episodes.clone(),
         turn_rewards=turn_rewards, num_turns=torch.tensor([len(TURN_REWARDS[ep]) for ep, *_ in ROWS]),
         truncated=torch.tensor([truncated[ep] for ep, *_ in ROWS]),
-        extra={"episode_index": episodes, "turn_index": torch.tensor([k for _, k, *_ in ROWS])},
+        episode_index=episodes, turn_index=torch.tensor([k for _, k, *_ in ROWS]),
     )
 
 

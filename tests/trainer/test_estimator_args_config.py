@@ -12,6 +12,7 @@ from ragen.agent.batch import RolloutBatch
 from ragen.launch import validate
 from ragen.trainer.compose import load_train_config, open_mapping_overrides
 from ragen.trainer.config import ConfigError
+from ragen.trainer.layout import layout_of
 from ragen.trainer.phases import step_credit
 
 PLUGIN = '''
@@ -61,7 +62,7 @@ def _batch(rewards: list[float], group_size: int) -> RolloutBatch:
 
 def _credit(cfg) -> torch.Tensor:
     batch = _batch([1.0, 0.0, 3.0, 1.0], 2)
-    adv, _, _ = step_credit(cfg.algorithm, "trajectory", batch, None, None, torch.zeros(4, 6), None)
+    adv, _, _ = step_credit(cfg.algorithm, layout_of(cfg).advantages, batch, None, None, torch.zeros(4, 6), None)
     return adv
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the whole test suite (bootstraps ./.venv on a fresh machine). Extra args go to pytest.
+# Run the default test suite (bootstraps ./.venv on a fresh machine). Extra args go to pytest: -m slow runs the tests
+# the default run leaves out (multi-process and minutes-long runs; CI runs both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/bootstrap.sh

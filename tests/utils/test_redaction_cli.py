@@ -15,6 +15,8 @@ from ragen.utils import log_redactor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 from trainer_helpers import tiny_overrides  # noqa: E402
 
+pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_FakeTokenValue42xyz"
 KEY = "wk-0123456789abcdef0123456789abcdef"
@@ -32,8 +34,6 @@ def run(cfg):
 m.run = run
 sys.argv[0] = "ragen.train"
 from ragen.train import main
-
-pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
 main()
 """
 

@@ -1,4 +1,4 @@
-"""The shape of the code: the package layers, no import circles, modules of at most 800 lines.
+"""The shape of the code: the package layers, no import circles, modules cut by concept (a warning past 800 lines).
 
 The layers and the circle rule for ``ragen`` and ``ragen_external`` are import-linter contracts in pyproject.toml
 (``[tool.importlinter]``; the layer order and the reason for each place are on docs/design.md, "Package layers").
@@ -12,12 +12,14 @@ import ast
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_LINES = 800
+MAX_LINES = 800  # a warning: likely more than one concept
+HARD_MAX_LINES = 1200  # a failure
 LINE_LIMIT_FOLDERS = ("ragen", "external", "bench", "scripts", "tests")
 SCRIPT_FOLDERS = ("bench", "scripts")
 LINT = "from importlinter.cli import lint_imports_command; lint_imports_command()"
@@ -160,13 +162,16 @@ def test_script_circle_is_reported(tmp_path):
     assert module_circles({k: set(v) for k, v in imports.items()}) == [["one", "two"]]
 
 
-def test_modules_have_at_most_800_lines():
-    """Every Python file of ragen/, external/, bench/, scripts/ and tests/ has at most 800 lines: a module that long
-    holds more than one concept; split it by concept (one module, one idea), not by size."""
-    long = []
+def test_module_length_warns_past_800_lines_and_fails_past_1200():
+    """A Python file of ragen/, external/, bench/, scripts/ or tests/ past ~800 lines likely holds more than one
+    concept: a warning asks to cut it by concept (one module, one idea), never by size. Past 1200 lines it fails."""
+    long, too_long = [], []
     for folder in LINE_LIMIT_FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             n = len(path.read_text(encoding="utf-8").splitlines())
             if n > MAX_LINES:
-                long.append(f"{path.relative_to(ROOT)}: {n} lines")
-    assert not long, f"modules over {MAX_LINES} lines:\n" + "\n".join(long)
+                (too_long if n > HARD_MAX_LINES else long).append(f"{path.relative_to(ROOT)}: {n} lines")
+    if long:
+        warnings.warn(f"modules over {MAX_LINES} lines (cut by concept where they hold more than one):\n"
+                      + "\n".join(long), stacklevel=1)
+    assert not too_long, f"modules over {HARD_MAX_LINES} lines:\n" + "\n".join(too_long)

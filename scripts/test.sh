@@ -12,7 +12,7 @@ if [ "${free_gb:-99}" -lt 6 ]; then
 fi
 ruff check ragen tests bench scripts external
 # Two pytest workers (pytest-xdist), one test file per worker at a time (files keep their module fixtures and their
-# Ray clusters to themselves): on 2 cores the suite takes ~17 instead of ~31 minutes. RAGEN_TEST_WORKERS=0 runs it in
+# Ray clusters to themselves; docs/benchmarks.md has the times). RAGEN_TEST_WORKERS=0 runs it in
 # this process; without pytest-xdist (pip install -e '.[dev]') it runs in one process too, saying so.
 workers=(-n "${RAGEN_TEST_WORKERS:-2}" --dist loadfile)
 if ! python -c "import xdist" >/dev/null 2>&1; then

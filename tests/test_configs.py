@@ -177,3 +177,21 @@ def test_config_dir_prefers_the_variable_then_the_checkout_then_the_installed_co
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setattr(C, "__file__", str(tmp_path / "site" / "ragen" / "trainer" / "compose.py"))  # no checkout
     assert C.config_dir() == installed
+
+
+def _script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_base_yaml_is_generated_from_the_schema():
+    """config/base.yaml is the rendering of the dataclass defaults (scripts/config_yaml.py): a default edited in the
+    YAML alone, or in the schema without rerunning the script, fails here."""
+    gen = _script("config_yaml")
+    assert (CONFIG / "base.yaml").read_text() == gen.render(), "run `python scripts/config_yaml.py`"
+    assert "actor.temperature" in gen.LINKS and gen.scalar(1e-6) == "1.0e-06" and gen.scalar("||") == "'||'"

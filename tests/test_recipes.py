@@ -73,15 +73,15 @@ def _experiment_dir(tmp_path, monkeypatch) -> Path:
 @pytest.mark.parametrize("dev", ["cpu", "gpu"])
 def test_precedence_command_line_recipe_experiment_groups_base(tmp_path, monkeypatch, dev):
     """agent.max_new_tokens is set by base (128), the trainer group (cpu 64 / gpu 400), the experiment (100) and the
-    recipe (cpu 50 / gpu 500): the recipe wins, the command line beats it. actor.mini_batch_size: group (8 / 32) <
-    experiment (16). rollout.engine: base hf < group (gpu: vllm). agent.top_k: base only. agent.top_p: recipe
+    recipe (cpu 50 / gpu 500): the recipe wins, the command line beats it. actor.mini_batch_size: base / gpu group
+    (8 / 32) < experiment (16). rollout.engine: base hf < group (gpu: vllm). agent.top_k: base only. agent.top_p: recipe
     (0.5) < a config inheriting the experiment (0.9)."""
     _experiment_dir(tmp_path, monkeypatch)
     cfg = to_train_config(compose("prec", [f"trainer={dev}"]))
     assert cfg.agent.max_new_tokens == {"cpu": 50, "gpu": 500}[dev]
     assert cfg.actor.mini_batch_size == 16 and cfg.trainer.total_steps == 7
     assert cfg.rollout.engine == {"cpu": "hf", "gpu": "vllm"}[dev] and cfg.agent.top_k == 0
-    assert cfg.critic.mini_batch_size == {"cpu": 8, "gpu": 32}[dev]  # the group's, nothing above sets it
+    assert cfg.critic.mini_batch_size == {"cpu": 8, "gpu": 32}[dev]  # base's (cpu) or the group's (gpu), nothing above
     cli = to_train_config(compose("prec", [f"trainer={dev}", "agent.max_new_tokens=7", "actor.mini_batch_size=4"]))
     assert (cli.agent.max_new_tokens, cli.actor.mini_batch_size) == (7, 4)
     other = to_train_config(compose("prec", [f"trainer={dev}", "recipe=prec_cpu"]))  # a recipe is a group choice

@@ -177,3 +177,43 @@ def test_config_dir_prefers_the_variable_then_the_checkout_then_the_installed_co
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     monkeypatch.setattr(C, "__file__", str(tmp_path / "site" / "ragen" / "trainer" / "compose.py"))  # no checkout
     assert C.config_dir() == installed
+
+
+def _script(name: str):
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_base_and_env_yaml_are_generated_from_the_code_that_owns_the_defaults():
+    """config/base.yaml renders the schema dataclasses' defaults and config/env/<env>.yaml an env class's
+    (scripts/config_yaml.py): a default edited in the YAML alone, or in the code without rerunning the script, fails
+    here."""
+    gen = _script("config_yaml")
+    files = gen.rendered()
+    assert CONFIG / "base.yaml" in files and CONFIG / "env" / "frozen_lake.yaml" in files and len(files) == 12
+    for path, text in files.items():
+        assert path.read_text() == text, f"{path.name} is stale: run `python scripts/config_yaml.py`"
+    assert "actor.temperature" in gen.LINKS and gen.scalar(1e-6) == "1.0e-06" and gen.scalar("||") == "'||'"
+
+
+def test_env_variants_inherit_their_env_and_set_only_what_differs():
+    """A file of config/env/ not named after an env is a variant: it inherits the env's file and writes no key with the
+    value it inherits (``name`` says which env it is), so each env default is written once."""
+    import ragen.env
+
+    variants = sorted(p for p in (CONFIG / "env").glob("*.yaml") if p.stem not in ragen.env.names())
+    assert [p.stem for p in variants] == ["bandit_sure", "frozen_lake_3x3", "twenty_questions_small"]
+    for path in variants:
+        own = OmegaConf.to_container(OmegaConf.load(path))
+        assert own.pop("defaults") == [own["name"], "_self_"], path.name
+        parent = OmegaConf.to_container(OmegaConf.load(CONFIG / "env" / f"{own.pop('name')}.yaml"))
+        same = [k for k, v in own.items() if k != "config" and parent[k] == v]
+        same += [f"config.{k}" for k, v in own.get("config", {}).items() if parent["config"][k] == v]
+        assert not same, f"{path.name} restates {same}"
+        composed = to_train_config(compose("base", [f"env={path.stem}"])).env
+        assert composed.config == {**parent["config"], **own.get("config", {})}

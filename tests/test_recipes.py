@@ -73,15 +73,15 @@ def _experiment_dir(tmp_path, monkeypatch) -> Path:
 @pytest.mark.parametrize("dev", ["cpu", "gpu"])
 def test_precedence_command_line_recipe_experiment_groups_base(tmp_path, monkeypatch, dev):
     """agent.max_new_tokens is set by base (128), the trainer group (cpu 64 / gpu 400), the experiment (100) and the
-    recipe (cpu 50 / gpu 500): the recipe wins, the command line beats it. actor.mini_batch_size: group (8 / 32) <
-    experiment (16). rollout.engine: base hf < group (gpu: vllm). agent.top_k: base only. agent.top_p: recipe
+    recipe (cpu 50 / gpu 500): the recipe wins, the command line beats it. actor.mini_batch_size: base / gpu group
+    (8 / 32) < experiment (16). rollout.engine: base hf < group (gpu: vllm). agent.top_k: base only. agent.top_p: recipe
     (0.5) < a config inheriting the experiment (0.9)."""
     _experiment_dir(tmp_path, monkeypatch)
     cfg = to_train_config(compose("prec", [f"trainer={dev}"]))
     assert cfg.agent.max_new_tokens == {"cpu": 50, "gpu": 500}[dev]
     assert cfg.actor.mini_batch_size == 16 and cfg.trainer.total_steps == 7
     assert cfg.rollout.engine == {"cpu": "hf", "gpu": "vllm"}[dev] and cfg.agent.top_k == 0
-    assert cfg.critic.mini_batch_size == {"cpu": 8, "gpu": 32}[dev]  # the group's, nothing above sets it
+    assert cfg.critic.mini_batch_size == {"cpu": 8, "gpu": 32}[dev]  # base's (cpu) or the group's (gpu), nothing above
     cli = to_train_config(compose("prec", [f"trainer={dev}", "agent.max_new_tokens=7", "actor.mini_batch_size=4"]))
     assert (cli.agent.max_new_tokens, cli.actor.mini_batch_size) == (7, 4)
     other = to_train_config(compose("prec", [f"trainer={dev}", "recipe=prec_cpu"]))  # a recipe is a group choice
@@ -99,7 +99,7 @@ def test_precedence_in_the_shipped_configs(dev):
     cfg = load_train_config("ppo_multi_turn", [f"trainer={dev}"])
     assert cfg.actor.lr == {"cpu": 5e-5, "gpu": 1e-6}[dev]
     assert (cfg.env.name, cfg.env.max_turn, cfg.env.config["size"]) == ("frozen_lake", 3, 3)
-    assert cfg.algorithm.skip_env_tokens is True  # the experiment's own key, on both devices
+    assert cfg.algorithm.skip_env_tokens is True  # the schema default, on both devices
     assert load_train_config("ppo_multi_turn", [f"trainer={dev}", "actor.lr=3e-5"]).actor.lr == 3e-5
     sokoban = load_train_config("ppo_multi_turn", [f"trainer={dev}", "env=sokoban"])
     assert (sokoban.env.name, sokoban.env.max_turn) == ("sokoban", 5) and "size" not in sokoban.env.config
@@ -187,7 +187,10 @@ def test_archer_gpu_recipe_is_the_reference_loop():
 
 
 def _env_file(name: str) -> dict:
-    return yaml.safe_load((CONFIG / "env" / f"{name}.yaml").read_text())
+    """The env section ``config/env/<name>.yaml`` composes to (a variant merged over its env's file)."""
+    from ragen.trainer.env_mix import _env_file as composed_env_file
+
+    return composed_env_file(name)
 
 
 # What a launch config x env pair may fail validation with (each message names the key and the fix): an estimator

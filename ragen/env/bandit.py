@@ -26,6 +26,9 @@ from ragen.env.text_utils import finished_step, match_choice, require_active, re
 class BanditEnv:
     """Single-turn two-armed bandit; ``info["success"]`` is True when the high-risk arm was pulled."""
 
+    DEFAULT_MAX_TURN = 1  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     def __init__(
         self,
         low_arm: str = "phoenix",

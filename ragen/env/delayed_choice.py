@@ -34,6 +34,9 @@ def _split(outcome: float) -> dict[str, object]:
 class DelayedChoiceEnv:
     """``num_turns`` two-way choices; reward ``payout`` after the last one iff the first was ``good_door``."""
 
+    DEFAULT_MAX_TURN = 2  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     STEP_OUTCOME_SPLIT = True  # info carries step_reward / outcome_reward (MS-GRPO, MS-PO)
 
     def __init__(

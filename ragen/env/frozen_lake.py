@@ -97,6 +97,9 @@ def _slippery_values(desc: tuple[str, ...], horizon: int) -> list[list[float]]:
 class FrozenLakeEnv:
     """Text FrozenLake on a random ``size`` x ``size`` map (``p`` = probability a tile is frozen)."""
 
+    DEFAULT_MAX_TURN = 5  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 5
+
     def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = False, max_steps: int = 100) -> None:
         if int(size) < 2:
             raise ValueError(f"frozen_lake size must be >= 2, got {size}")

@@ -412,6 +412,9 @@ def answer_text(answer: str, *, won: bool, done: bool, questions_left: int, secr
 class GuessMyCityEnv:
     """Guess My City (see the module docstring); config keys are the constructor's keyword arguments."""
 
+    DEFAULT_MAX_TURN = 20  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     def __init__(
         self,
         oracle: str = "scripted",

@@ -139,6 +139,9 @@ INSTRUCTIONS = (
 class StaticQAEnv:
     """Static QA (see the module docstring); config keys are the constructor's keyword arguments."""
 
+    DEFAULT_MAX_TURN = 1  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     def __init__(
         self,
         data_path: str | None = None,

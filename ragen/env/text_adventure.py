@@ -96,6 +96,9 @@ INSTRUCTIONS = (
 class TextAdventureEnv:
     """Jericho text adventure (see the module docstring); config keys are the constructor's keyword arguments."""
 
+    DEFAULT_MAX_TURN = 50  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     EXTRAS = {"jericho": "text_adventure"}  # ragen.env.missing_extras: checked by config validation
 
     def __init__(

@@ -1,4 +1,5 @@
-"""Typed, frozen schema of the trainer's Hydra config (``config/base.yaml`` mirrors it key for key).
+"""Typed, frozen schema of the trainer's Hydra config: its defaults are the only ones written (``config/base.yaml`` is
+rendered from these dataclasses by ``scripts/config_yaml.py``).
 
 Sections: ``model``, ``actor`` (= ``ragen.workers.ActorConfig``), ``critic`` (``CriticConfig`` + enable /
 model_path), ``ref``, ``rollout``, ``agent`` (``AgentConfig`` minus the env-owned ``max_turn`` /

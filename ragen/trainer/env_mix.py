@@ -34,6 +34,8 @@ class EnvGroup:
 
 
 def _env_file(name: str) -> dict[str, Any]:
+    """The env section ``config/env/<name>.yaml`` composes to (a variant file merged over the env file its
+    ``defaults`` name, as Hydra does), or a plugin env's declared defaults."""
     from omegaconf import OmegaConf
 
     import ragen.env
@@ -45,7 +47,9 @@ def _env_file(name: str) -> dict[str, Any]:
     if not path.is_file():
         names = sorted(p.stem for p in (config_dir() / "env").glob("*.yaml"))
         raise ConfigError([f"no config/env/{name}.yaml; available: {', '.join(names)}"])
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    node = OmegaConf.load(path)
+    parents = [e for e in node.pop("defaults", None) or [] if e != "_self_"]  # a variant: its env's file, then its own
+    return OmegaConf.to_container(OmegaConf.merge(*[_env_file(str(e)) for e in parents], node), resolve=True)
 
 
 def _entry(key: str, i: int, raw: Any) -> EnvGroup:

@@ -80,3 +80,12 @@ def test_a_mixed_run_trains_and_reports_every_env(tmp_path):
     assert all(len(ep["turns"]) <= 2 for ep in episodes if ep["env"] == "frozen_lake")
     page = (tmp_path / "report" / "step_1.html").read_text()
     assert all(env in page for env in ("bandit", "frozen_lake", "countdown"))
+
+
+def test_a_variant_env_file_brings_its_env_defaults():
+    """``frozen_lake_3x3.yaml`` writes only what differs from ``frozen_lake.yaml`` (size, max_turn); an entry naming it
+    gets the rest from the env's file, as ``env=frozen_lake_3x3`` does."""
+    from ragen.trainer.env_mix import _env_file
+
+    assert _env_file("frozen_lake_3x3") == {"name": "frozen_lake", "max_turn": 3, "max_actions_per_turn": 5,
+                                            "config": {"size": 3, "p": 0.8, "is_slippery": False, "max_steps": 100}}

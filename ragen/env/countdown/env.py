@@ -32,6 +32,9 @@ FORMAT_REWARD = 0.1
 class CountdownEnv:
     """Reach ``target`` with an expression over the given numbers (see the module docstring)."""
 
+    DEFAULT_MAX_TURN = 1  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     def __init__(self, num_numbers: int = 4, min_number: int = 1, max_number: int = 50, max_target: int = 1000) -> None:
         if not 2 <= int(num_numbers) <= 6:
             raise ValueError(f"countdown num_numbers must be in [2, 6], got {num_numbers}")

@@ -97,6 +97,9 @@ class SearchQAEnv:
         tool_score, retrieval_score, contains_score, exact_score, format_score, xml_score: reward weights.
     """
 
+    DEFAULT_MAX_TURN = 3  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     STEP_OUTCOME_SPLIT = True  # info carries step_reward / outcome_reward (MS-GRPO, MS-PO)
 
     def __init__(

@@ -42,6 +42,9 @@ SOLVED_REWARD = 10.0
 class SokobanEnv:
     """Procedurally generated Sokoban rooms (``dim_room`` = (height, width) including the border)."""
 
+    DEFAULT_MAX_TURN = 5  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 5
+
     def __init__(
         self,
         dim_room: Sequence[int] = (6, 6),

@@ -85,6 +85,9 @@ class WebShopEnv:
         show_actions: append "Available actions: ..." to every observation.
     """
 
+    DEFAULT_MAX_TURN = 10  # the turn limits of the env config (ragen.env.default_config)
+    DEFAULT_MAX_ACTIONS_PER_TURN = 1
+
     def __init__(
         self,
         data_dir: str | None = None,

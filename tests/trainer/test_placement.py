@@ -338,4 +338,4 @@ def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_p
         trainer.shutdown()
     calls = recorders[0].calls
     assert calls == ["generate", "sleep", "wake('weights',)", "update_weights", "wake('kv_cache',)"], calls
-    assert len(recorders) == 1 and isinstance(trainer.engine, HostedEngines)  # no engine in the driver
+    assert len(recorders) == 1 and isinstance(trainer.run.engine, HostedEngines)  # no engine in the driver

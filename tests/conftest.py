@@ -31,7 +31,7 @@ tune_process()  # the suite is one of ragen's programs: its process settings, be
 import torch  # noqa: E402
 from factories import CharTokenizer  # noqa: E402
 
-from ragen.rollout.base import Sample, SamplingParams  # noqa: E402
+from ragen.rollout.base import Sample, SamplingParams, SleepState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_VAR = "RAGEN_GPU_TOKENIZER"  # set by scripts/gpu_check.sh: the tokenizer folder scripts/gpu_wheels.sh wrote
@@ -69,6 +69,7 @@ class FakeEngine:
         self.decode = decode
         self.calls: list[tuple[list[list[int]], SamplingParams]] = []
         self.updates: list = []
+        self.sleep_state = SleepState()
 
     @classmethod
     def fixed(cls, ids: list[int]) -> FakeEngine:
@@ -100,11 +101,15 @@ class FakeEngine:
     def update_weights(self, state_dict) -> None:
         self.updates.append(state_dict)
 
+    @property
+    def asleep(self) -> frozenset[str]:
+        return self.sleep_state.asleep
+
     def sleep(self) -> None:
-        return None
+        self.sleep_state.sleep(lambda: None)
 
     def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        return None
+        self.sleep_state.wake(tags, lambda parts: None)
 
 
 @pytest.fixture(scope="session")

@@ -55,11 +55,10 @@ from ragen.trainer import builders, numerics, phases, turn_layout
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.config_archer import uses_critic
 from ragen.trainer.derived import actor_worker_config, world_size
-from ragen.trainer.driver import Driver
+from ragen.trainer.run import Run
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.memory import release_free_memory
-from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
 
 
@@ -86,12 +85,15 @@ def drop_nonfinite(records: list[Transition], rewards: list[float]) -> tuple[lis
     return keep, [x for x in rewards if math.isfinite(x)], len(records) - len(keep)
 
 
-class ArcherTrainer(Driver):
-    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``; the run's set-up, checkpoint
-    policy and logging are the :class:`ragen.trainer.driver.Driver`'s."""
+class ArcherTrainer:
+    """Trains the policy of a frozen :class:`TrainConfig` with ``cfg.algorithm.name``. What the run has (workers,
+    engine, proxies, loggers, step, checkpoints) is its :class:`ragen.trainer.run.Run`, ``self.run``; the trainer
+    holds the loop, the replay buffer and its counters."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        super().__init__(cfg)
+        self.cfg = cfg
+        self.run = Run(cfg)
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
         self.buffer = ReplayBuffer(cfg.archer.capacity, seed=cfg.trainer.seed)
         self.episodes_seen = 0
 
@@ -99,47 +101,51 @@ class ArcherTrainer(Driver):
     def setup(self) -> None:
         """Model and run folder, Ray, the policy (and critic) groups, engine and proxies, then the resume."""
         cfg = self.cfg
-        self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
+        self.run.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
         builders.start_ray(cfg)
         wt = builders.worker_threads(cfg)
-        self.workers["actor"] = builders.make_group(cfg, ArcherPolicyWorker, "actor",
-                                                    model_name_or_path=self.model_path, cfg=actor_worker_config(cfg),
-                                                    role="actor", num_threads=wt,
-                                                    attn_implementation=cfg.model.attn_implementation)
-        self.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
-        self.announce()  # the start-up block, as the dry run shows it
-        self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
-        self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
-        self.open_run()
+        self.run.workers["actor"] = builders.make_group(
+            cfg, ArcherPolicyWorker, "actor", model_name_or_path=self.run.model_path, cfg=actor_worker_config(cfg),
+            role="actor", num_threads=wt, attn_implementation=cfg.model.attn_implementation)
+        self.run.workers["critic"] = make_critic_group(cfg, wt) if uses_critic(cfg.algorithm.name) else None
+        self.run.announce()  # the start-up block, as the dry run shows it
+        self.run.engine = builders.build_engine(cfg, self.run.model_path, self.run.tokenizer)
+        self.run.proxy, self.run.val_proxy = builders.build_proxies(cfg, self.run.engine, self.run.tokenizer)
+        self.run.open(self.load_checkpoint)
+
+    def shutdown(self) -> None:
+        """Stop the run's worker groups and close its loggers (safe to call twice, or after a failed set-up)."""
+        self.run.shutdown()
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
         tr = self.cfg.trainer
         last: dict[str, float] = {}
-        if tr.val_before_train and self.step == 0 and not self.warm_started:
+        if tr.val_before_train and self.run.step == 0 and not self.run.warm_started:
             last = self.validate()
-            self._log(last, 0)
-        if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
-            last = run_warm_start(self, proxy=self._warm_start_proxy())
-            self.warm_started = True
+            self.run.log(last, 0)
+        if tr.sft_warmup_steps > 0 and self.run.step == 0 and not self.run.warm_started:
+            last = run_warm_start(self.run, proxy=self._warm_start_proxy(),
+                                  row_multiple=self.row_multiple(), sync_engine=self.run.push_actor_weights,
+                                  validate=self.validate)
+            self.run.warm_started = True
             self.save_checkpoint()  # a crash in the ArCHer loop resumes after the warm start
-        bar = tqdm(total=tr.total_steps, initial=self.step, desc=self.cfg.algorithm.name, unit="iter",
+        bar = tqdm(total=tr.total_steps, initial=self.run.step, desc=self.cfg.algorithm.name, unit="iter",
                    disable=not tr.progress_bar, dynamic_ncols=True)
-        while self.step < tr.total_steps:
+        while self.run.step < tr.total_steps:
             metrics = self.train_step()
-            metrics.update(self.memory_metrics())
-            self.step += 1
-            self._rng_after_step = get_rng_state()
-            if self.due(tr.val_freq):
+            metrics.update(self.run.memory_metrics())
+            self.run.complete_step()
+            if self.run.due(tr.val_freq):
                 metrics.update(self.validate())
-            self._log(metrics, self.step)
-            if self.due(tr.save_freq):
+            self.run.log(metrics, self.run.step)
+            if self.run.due(tr.save_freq):
                 self.save_checkpoint()
             bar.update(1)
             bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.3f}")
             last = metrics
         bar.close()
-        self.plot()
+        self.run.plot()
         return last
 
     def train_step(self) -> dict[str, float]:
@@ -149,7 +155,7 @@ class ArcherTrainer(Driver):
         bad: dict[str, int] = {}  # non-finite inputs met this iteration (see the module docstring)
         start = time.perf_counter()
         with timed("rollout", t):
-            batch = self.proxy.rollout("train", responder=self._chai_responder if name == "chai" else None)
+            batch = self.run.proxy.rollout("train", responder=self._chai_responder if name == "chai" else None)
             self._free_engine_memory()
         metrics.update(batch.metrics)
         with timed("store", t):
@@ -163,12 +169,12 @@ class ArcherTrainer(Driver):
         if uses_critic(name) and a.critic_epochs > 0 and len(self.buffer):
             with timed("critic_update", t):
                 metrics.update(self._critic_update())
-        if self.step >= a.warmup_iter and a.actor_epochs > 0 and name != "chai" and len(self.buffer):
+        if self.run.step >= a.warmup_iter and a.actor_epochs > 0 and name != "chai" and len(self.buffer):
             with timed("actor_update", t):
                 metrics.update(self._actor_update(bad) if name == "archer" else self._bc_update())
         if bad:
             metrics.update(numerics.skip_metrics(bad))
-        self.skips.record(self.step + 1, bad | numerics.gradient_skips(metrics))
+        self.skips.record(self.run.step + 1, bad | numerics.gradient_skips(metrics))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = time.perf_counter() - start
         return metrics
@@ -179,7 +185,7 @@ class ArcherTrainer(Driver):
         (``HFEngine.retain_prefixes``; nothing extends a finished episode) and hand the freed pages back to the OS
         (``release_free_memory``). The ``hf`` engine lives in this process, and with the tuned allocator its freed
         caches and activations would otherwise stay resident through the critic and actor updates."""
-        retain = getattr(self.engine, "retain_prefixes", None)
+        retain = getattr(self.run.engine, "retain_prefixes", None)
         if retain is not None:
             retain([])
         release_free_memory()
@@ -187,26 +193,26 @@ class ArcherTrainer(Driver):
     def _one_off(self) -> Any:
         """A context for sampling replay-buffer states: the ``hf`` engine keeps no KV caches for a next turn there
         (``HFEngine.prefix_cache_paused``), since no later call extends these sequences."""
-        return getattr(self.engine, "prefix_cache_paused", contextlib.nullcontext)()
+        return getattr(self.run.engine, "prefix_cache_paused", contextlib.nullcontext)()
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.run.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _sampling(self, prompts: list[list[int]], seed: int) -> SamplingParams:
         ag = self.cfg.agent_config()
         room = max(1, ag.max_model_len - max(len(p) for p in prompts))
         return SamplingParams(temperature=ag.temperature, top_p=ag.top_p, top_k=ag.top_k,
-                              max_new_tokens=min(ag.max_new_tokens, room), stop_token_ids=(self.proxy.fmt.eot_id,),
+                              max_new_tokens=min(ag.max_new_tokens, room), stop_token_ids=(self.run.proxy.fmt.eot_id,),
                               stop=ag.stop_strings, seed=seed)
 
     def _fresh_actions(self, records: list[Transition], salt: int) -> list[Any]:
         """A new response of the current policy for each record's state (a_pi ~ pi(.|s)): engine samples."""
         prompts = [r.prompt_ids for r in records]
         with self._one_off():
-            return self.engine.generate(prompts, self._fresh_sampling(prompts, salt))
+            return self.run.engine.generate(prompts, self._fresh_sampling(prompts, salt))
 
     def _fresh_sampling(self, prompts: list[list[int]], salt: int) -> SamplingParams:
-        return self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.step * 31 + salt)
+        return self._sampling(prompts, self.cfg.trainer.seed * 7919 + self.run.step * 31 + salt)
 
     def _agent_actions(self, records: list[Transition], salt: int) -> list[Any]:
         """The action the current agent takes in each record's state: ArCHer (and filtered BC) a sample of the
@@ -218,8 +224,8 @@ class ArcherTrainer(Driver):
             return self._best_of_k(prompts, self._fresh_sampling(prompts, salt))
 
     def _best_of_k(self, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
-        critic = self.workers["critic"]
-        return chai.best_of_k(self.engine, prompts, sampling, self.cfg.archer.chai_candidates, self._decode,
+        critic = self.run.workers["critic"]
+        return chai.best_of_k(self.run.engine, prompts, sampling, self.cfg.archer.chai_candidates, self._decode,
                               lambda s, x: critic.call("target_min_q", states=s, actions=x))
 
     def _critic_update(self) -> dict[str, float]:
@@ -227,7 +233,7 @@ class ArcherTrainer(Driver):
         sample = self.buffer.sample(a.critic_epochs * a.batch_size)
         pi = [self._decode(list(s.token_ids)) for s in self._agent_actions(sample, salt=1)]
         self._free_engine_memory()
-        return self.workers["critic"].call(
+        return self.run.workers["critic"].call(
             "update", states=[r.state for r in sample], actions=[r.action for r in sample],
             rewards=[r.reward for r in sample], next_states=[r.next_state for r in sample],
             dones=[r.done for r in sample], pi_actions=pi)
@@ -235,14 +241,14 @@ class ArcherTrainer(Driver):
     def _actor_update(self, bad: dict[str, int]) -> dict[str, float]:
         """ArCHer's actor: per epoch, sample states, sample fresh actions, A from the online critic, REINFORCE.
         An epoch whose advantages or sampling log-probs hold NaN / inf is skipped (counted into ``bad``)."""
-        a, actor = self.cfg.archer, self.workers["actor"]
+        a, actor = self.cfg.archer, self.run.workers["actor"]
         out: dict[str, float] = {}
         for epoch in range(a.actor_epochs):
             sample = self.buffer.sample(a.batch_size)
             fresh = self._fresh_actions(sample, salt=100 + epoch)
             self._free_engine_memory()
-            ids = [list(s.token_ids) or [self.proxy.fmt.eot_id] for s in fresh]
-            adv = self.workers["critic"].call("advantages", states=[r.state for r in sample],
+            ids = [list(s.token_ids) or [self.run.proxy.fmt.eot_id] for s in fresh]
+            adv = self.run.workers["critic"].call("advantages", states=[r.state for r in sample],
                                               actions=[self._decode(x) for x in ids])
             log_probs = [list(s.log_probs) or [0.0] for s in fresh]
             nonfinite = numerics.nonfinite_counts({"advantages": adv, "sample_log_probs": torch.tensor(
@@ -251,10 +257,10 @@ class ArcherTrainer(Driver):
                 for k, v in nonfinite.items():
                     bad[k] = bad.get(k, 0) + v
                 continue
-            tb = policy_batch([r.prompt_ids for r in sample], ids, self.proxy.pad_id, advantages=adv,
+            tb = policy_batch([r.prompt_ids for r in sample], ids, self.run.proxy.pad_id, advantages=adv,
                               log_probs=log_probs)
             m = actor.call("reinforce_update", tb, clip=a.ppo_clip, loss_scale=a.loss_scale)
-            self.engine.update_weights(actor.call_rank0("full_state_dict"))
+            self.run.engine.update_weights(actor.call_rank0("full_state_dict"))
             for k, v in m.items():  # means over the epochs; skipped optimizer steps add up
                 out[k] = out.get(k, 0.0) + (v if k.endswith("/skipped_steps") else v / a.actor_epochs)
             out["actor/advantage_std"] = out.get("actor/advantage_std", 0.0) + float(adv.std()) / a.actor_epochs
@@ -265,7 +271,7 @@ class ArcherTrainer(Driver):
         rewards of the trajectories in the buffer (the population the kept turns come from, so some always pass;
         the reference code filters every trajectory it ever collected: capacity >= all turns is the same).
         ``actor_epochs * batch_size`` kept turns (with model tokens) are drawn with replacement."""
-        a, actor = self.cfg.archer, self.workers["actor"]
+        a, actor = self.cfg.archer, self.run.workers["actor"]
         records = [r for r in self.buffer.records() if r.action_ids]
         if not records:
             return {"bc/kept_turns": 0.0}
@@ -278,9 +284,9 @@ class ArcherTrainer(Driver):
             return out
         idx = torch.randint(len(keep), (a.actor_epochs * a.batch_size,), generator=self.buffer.generator)
         chosen = [records[int(keep[i])] for i in idx.tolist()]
-        tb = policy_batch([r.prompt_ids for r in chosen], [r.action_ids for r in chosen], self.proxy.pad_id)
+        tb = policy_batch([r.prompt_ids for r in chosen], [r.action_ids for r in chosen], self.run.proxy.pad_id)
         out.update(actor.call("bc_update", tb, agg=a.bc_loss_agg, loss_scale=a.loss_scale))
-        self.engine.update_weights(actor.call_rank0("full_state_dict"))
+        self.run.engine.update_weights(actor.call_rank0("full_state_dict"))
         return out
 
     def _chai_responder(self, slots, prompts: list[list[int]], sampling: SamplingParams) -> list[Any]:
@@ -293,10 +299,10 @@ class ArcherTrainer(Driver):
         ``archer.offline_dialogues`` one over the recorded dialogues replayed in the env's own texts."""
         path = self.cfg.archer.offline_dialogues
         if path is None:
-            return None
-        return dialogues.replay_proxy(self.cfg, path, self.engine, self.tokenizer)
+            return self.run.proxy
+        return dialogues.replay_proxy(self.cfg, path, self.run.engine, self.run.tokenizer)
 
-    def _row_multiple(self) -> int:
+    def row_multiple(self) -> int:
         """Rows of a turn-layout batch must divide into the actor's mini-batches and ranks (warm start's BC)."""
         return turn_layout.row_multiple(self.cfg.actor.mini_batch_size, world_size(self.cfg, "actor"))
 
@@ -307,14 +313,15 @@ class ArcherTrainer(Driver):
                 "rollout/num_turns_mean": len(records) / max(len(rewards), 1)}
 
     # ------------------------------------------------------------------ validation, logging, checkpoints
-    def validate(self) -> dict[str, float]:
-        """Roll out the validation seeds (CHAI: with its re-ranking), dump JSONL, ``val/...`` metrics."""
+    def validate(self, suffix: str = "") -> dict[str, float]:
+        """Roll out the validation seeds (CHAI: with its re-ranking), dump JSONL
+        (``val_rollouts/step_N<suffix>.jsonl``), ``val/...`` metrics."""
         t: dict[str, float] = {}
         responder = self._chai_responder if self.cfg.algorithm.name == "chai" else None
         with rng_preserved(), timed("validation", t):
-            batch = self.val_proxy.rollout("val", responder=responder)
+            batch = self.run.val_proxy.rollout("val", responder=responder)
             self._free_engine_memory()
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl",
+        phases.write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl",
                            episode_records(batch))
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
@@ -325,14 +332,14 @@ class ArcherTrainer(Driver):
     def save_checkpoint(self) -> Path:
         """Actor, critic, replay buffer and trainer state (with ``episodes_seen``) into
         ``checkpoints/global_step_<step>``."""
-        path = self.write_checkpoint(lambda tmp: self.buffer.save(tmp / "buffer.json"),
+        path = self.run.write_checkpoint(lambda tmp: self.buffer.save(tmp / "buffer.json"),
                                      episodes_seen=self.episodes_seen)
         tqdm.write(f"[ragen.archer] saved checkpoint {path}")
         return path
 
     def load_checkpoint(self, path: Path) -> None:
         """Restore the workers, engine weights, step, RNG and seed counters, then the replay buffer."""
-        state = self.read_checkpoint(path)
+        state = self.run.read_checkpoint(path, self.run.push_actor_weights)
         self.buffer = ReplayBuffer.load(Path(path) / "buffer.json")
         self.episodes_seen = int(state["episodes_seen"])
-        tqdm.write(f"[ragen.archer] resumed from {path} at iteration {self.step}")
+        tqdm.write(f"[ragen.archer] resumed from {path} at iteration {self.run.step}")

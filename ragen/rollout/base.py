@@ -7,7 +7,7 @@ for training rollouts so the trainer's recomputed log-probs agree).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -50,9 +50,45 @@ class Sample:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+ENGINE_PARTS = ("weights", "kv_cache")  # what ``sleep`` frees and ``wake(tags)`` brings back
+
+
+class SleepState:
+    """Which parts (:data:`ENGINE_PARTS`) of an engine are asleep, held by the engine itself: callers ask the
+    engine (its ``asleep``) instead of keeping their own record. An engine starts awake. :meth:`sleep` frees
+    (``free()``) unless every part is asleep already; :meth:`wake` brings back (``restore(parts)``) only the parts
+    of ``tags`` that are asleep, so sleeping twice or waking what is awake does nothing (a restart or a resume can
+    always wake everything)."""
+
+    def __init__(self) -> None:
+        self.asleep: frozenset[str] = frozenset()
+
+    def sleep(self, free: Callable[[], None]) -> None:
+        if self.asleep != frozenset(ENGINE_PARTS):
+            free()
+        self.asleep = frozenset(ENGINE_PARTS)
+
+    def wake(self, tags: Iterable[str] | None, restore: Callable[[tuple[str, ...] | None], None]) -> None:
+        """``restore`` gets the asleep parts of ``tags`` (None = all) in :data:`ENGINE_PARTS` order, or None when
+        that is every part; unknown tags raise ``ValueError``."""
+        wanted = frozenset(ENGINE_PARTS if tags is None else tags)
+        unknown = wanted - frozenset(ENGINE_PARTS)
+        if unknown:
+            raise ValueError(f"unknown engine parts {sorted(unknown)}; use {ENGINE_PARTS}")
+        todo = wanted & self.asleep
+        if not todo:
+            return
+        restore(None if todo == frozenset(ENGINE_PARTS) else tuple(p for p in ENGINE_PARTS if p in todo))
+        self.asleep = self.asleep - todo
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """A batched sampler over token ids."""
+    """A batched sampler over token ids. ``sleep`` / ``wake`` free and bring back its memory (:data:`ENGINE_PARTS`);
+    the engine keeps its own :class:`SleepState` and reports what is asleep as ``asleep``."""
+
+    @property
+    def asleep(self) -> frozenset[str]: ...
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]: ...
 
@@ -61,5 +97,5 @@ class Engine(Protocol):
     def sleep(self) -> None: ...
 
     def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        """Undo ``sleep``; ``tags`` (vLLM: "weights", "kv_cache") wake only that part, None = all."""
+        """Undo ``sleep``; ``tags`` ("weights", "kv_cache") wake only the parts of them still asleep, None = all."""
         ...

@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ragen.models.loader import DEFAULT_MODEL, load_model, load_tokenizer
-from ragen.rollout.base import Sample, SamplingParams
+from ragen.rollout.base import Sample, SamplingParams, SleepState
 from ragen.rollout.hf_prefix import PrefixStore, cached_prefill
 from ragen.rollout.offload import HostOffload
 
@@ -128,6 +128,7 @@ class HFEngine:
         self.eos_ids = self._eos_ids()
         self.prefix_store = PrefixStore() if prefix_cache else None
         self._offload = HostOffload(self.model)
+        self.sleep_state = SleepState()  # what is asleep (ragen.rollout.base); the engine starts awake
 
     def _pad_id(self) -> int:
         for candidate in (self.tokenizer.pad_token_id, self.model.config.pad_token_id, self.tokenizer.eos_token_id):
@@ -311,18 +312,30 @@ class HFEngine:
         if self.prefix_store is not None:
             self.prefix_store.retain(sequences)
 
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The parts (``ENGINE_PARTS``) asleep now."""
+        return self.sleep_state.asleep
+
     def sleep(self) -> None:
         """Free accelerator memory between rollouts: on CUDA the weights go to pinned host buffers allocated once
         (``ragen.rollout.offload.HostOffload``, asynchronous copies) and the KV caches kept for the next turn are
-        dropped; on CPU only the kept KV caches go."""
+        dropped; on CPU only the kept KV caches go. Asleep already: nothing happens."""
+        self.sleep_state.sleep(self._free)
+
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
+        """Undo ``sleep`` for the parts of ``tags`` (None = all) still asleep: the weights back on the device when
+        they are among them (the KV cache is built per call, so ``("kv_cache",)`` has nothing to bring back); no
+        memory moves on CPU."""
+        self.sleep_state.wake(tags, self._restore)
+
+    def _free(self) -> None:
         if self.prefix_store is not None:
             self.prefix_store.clear()
         if self.device.type == "cuda":
             self._offload.offload()
             torch.cuda.empty_cache()
 
-    def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        """Undo ``sleep``: the weights back on the device when ``tags`` is None or names ``"weights"`` (the KV cache
-        is built per call, so ``("kv_cache",)`` has nothing to bring back); a no-op on CPU."""
-        if self.device.type == "cuda" and (tags is None or "weights" in tags):
+    def _restore(self, parts: tuple[str, ...] | None) -> None:
+        if self.device.type == "cuda" and (parts is None or "weights" in parts):
             self._offload.restore()

@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ragen.rollout.base import Sample, SamplingParams
+from ragen.rollout.base import Sample, SamplingParams, SleepState
 
 Transport = Callable[[str, dict[str, Any], dict[str, str], float], dict[str, Any]]
 
@@ -122,6 +122,7 @@ class OpenAIEngine:
         self.timeout = timeout
         self.max_retries = max_retries
         self.transport = transport or urllib_transport
+        self.sleep_state = SleepState()  # sleep / wake are recorded only (ragen.rollout.base)
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingParams) -> list[Sample]:
         """One ``Sample`` per prompt, in order."""
@@ -146,8 +147,15 @@ class OpenAIEngine:
         """Not available over an HTTP completions API."""
         raise RuntimeError("engine 'openai' serves fixed remote weights; train with engine 'hf' or 'vllm'")
 
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The parts (``ENGINE_PARTS``) asleep now (recorded only: the server manages its own memory)."""
+        return self.sleep_state.asleep
+
     def sleep(self) -> None:
-        """No-op: the server manages its own memory."""
+        """Recorded only: the server manages its own memory."""
+        self.sleep_state.sleep(lambda: None)
 
     def wake(self, tags: tuple[str, ...] | None = None) -> None:
-        """No-op: the server manages its own memory."""
+        """Recorded only: the server manages its own memory."""
+        self.sleep_state.wake(tags, lambda parts: None)

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ragen.models.loader import DEFAULT_MODEL, resolve_model_path
-from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
+from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams, SleepState
 from ragen.rollout.vllm_worker import EXTENSION_CLS, BucketItem, encode_tensor
 
 VLLM_VERSION = "0.32.0"  # the vLLM release this module was written and tested against
@@ -209,6 +209,7 @@ class VLLMEngine:
         self.dtype = _DTYPES[dtype]
         self.bucket_bytes = bucket_bytes
         self.sleep_enabled = enable_sleep_mode
+        self.sleep_state = SleepState()  # what is asleep (ragen.rollout.base); the engine starts awake
         self._as_bytes = _multiprocessing_enabled()
         self.llm = vllm.LLM(
             model=path, tokenizer=path, dtype=dtype, tensor_parallel_size=tensor_parallel_size,
@@ -253,13 +254,25 @@ class VLLMEngine:
         """Drop cached KV blocks (after weights changed by another path than ``update_weights``)."""
         self.llm.reset_prefix_cache()
 
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The parts (``ENGINE_PARTS``) asleep now."""
+        return self.sleep_state.asleep
+
     def sleep(self) -> None:
-        """Offload weights and drop the KV cache (vLLM sleep level 1); a no-op without ``enable_sleep_mode``."""
+        """Offload weights and drop the KV cache (vLLM sleep level 1); no memory moves without
+        ``enable_sleep_mode``. Asleep already: nothing happens."""
+        self.sleep_state.sleep(self._free)
+
+    def wake(self, tags: Sequence[str] | None = None) -> None:
+        """Reallocate what ``sleep`` freed, of the parts of ``tags`` still asleep: ``("weights",)`` before a weight
+        sync, then ``("kv_cache",)``; None = all. No memory moves without ``enable_sleep_mode``."""
+        self.sleep_state.wake(tags, self._restore)
+
+    def _free(self) -> None:
         if self.sleep_enabled:
             self.llm.sleep(level=1)
 
-    def wake(self, tags: Sequence[str] | None = None) -> None:
-        """Reallocate what ``sleep`` freed: ``("weights",)`` before a weight sync, then ``("kv_cache",)``; None =
-        all. A no-op without ``enable_sleep_mode``."""
+    def _restore(self, parts: tuple[str, ...] | None) -> None:
         if self.sleep_enabled:
-            self.llm.wake_up(tags=list(tags) if tags else None)
+            self.llm.wake_up(tags=list(parts) if parts else None)

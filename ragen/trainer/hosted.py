@@ -9,7 +9,8 @@ proxies, the step's sleep / wake and the weight sync talk to it as to one engine
   the call's seed, so one hosting rank samples exactly what one engine in the driver would; the others get
   distinct seeds (no two shares draw the same random stream, and none collides with the proxy's next-turn seed,
   which is the call's seed + 1). A rank whose share is empty is not called.
-- ``sleep`` / ``wake`` / ``ensure_awake`` go to every rank; each host keeps its own sleep state.
+- ``sleep`` / ``wake`` / ``ensure_awake`` go to every rank; each rank's engine keeps its own sleep state, and
+  ``asleep`` asks rank 0's (the ranks sleep and wake together).
 - ``sync_weights`` has every rank gather and load its engine's weights in place; the driver receives a summary of
   three numbers per rank (``tensors``, ``bytes``, ``seconds``), never a tensor. ``update_weights`` (weights held
   by the driver) is refused: nothing outside the actor's ranks holds the weights the hosted engines need.
@@ -86,6 +87,11 @@ class HostedEngines:
                 raise RuntimeError(f"a hosted engine returned {len(got)} samples for {b - a} prompts")
             samples.extend(got)
         return samples
+
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The parts asleep now, as rank 0's engine records them (every call goes to all ranks alike)."""
+        return frozenset(self.group.call_rank0("engine_asleep"))
 
     def sleep(self) -> None:
         self.group.call("engine_sleep")

@@ -33,39 +33,45 @@ from tqdm import tqdm
 
 from ragen.agent.batch import episode_records, failed_episode_records
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, numerics, phases, placement, report_phase, restarts, step_memory, turn_layout
+from ragen.trainer import builders, numerics, phases, placement, report_phase, step_memory, turn_layout
 from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.derived import engine_gpus, uses_kl, world_size
-from ragen.trainer.driver import Driver
 from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.layout import layout_of
+from ragen.trainer.restarts import InitialState, rebuild_workers, rewind
+from ragen.trainer.run import Run
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils import console
 from ragen.utils.checkpoint import checkpoint_step, latest_checkpoint
 from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import PHASE_MEMORY
-from ragen.utils.seeding import get_rng_state
 from ragen.utils.timing import timed
 from ragen.utils.tracking import bar_postfix
 from ragen.workers.group import WorkerFailure
 
 
-class PPOTrainer(Driver):
-    """Trains (``fit``) or evaluates (``evaluate``) the policy described by a frozen :class:`TrainConfig`; the run's
-    set-up, checkpoint policy and logging are the :class:`ragen.trainer.driver.Driver`'s."""
+class PPOTrainer:
+    """Trains (``fit``) or evaluates (``evaluate``) the policy described by a frozen :class:`TrainConfig`. What the
+    run has (workers, engine, proxies, loggers, step, checkpoints) is its :class:`ragen.trainer.run.Run`,
+    ``self.run``; the trainer holds the loop and what only it needs."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        super().__init__(cfg)
+        self.cfg = cfg
+        self.run = Run(cfg)
         self.layout = layout_of(cfg)  # rows, worker batches and advantages of agent.layout (ragen.trainer.layout)
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
         self._report_seconds: float | None = None  # the last report's time, logged with the next step
-        self._nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
+        self.nccl = False  # set in setup: a separately placed vLLM engine gets its weights over NCCL
         self.engine_spec: Any = None  # the engine each actor rank hosts (None: the engine lives elsewhere)
         self.phase = "setup"  # the running phase, named when a worker fails
         self._updating = False  # a step (or the warm start) has begun changing the weights: no checkpoint until done
         self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
         self.placement_group: Any = None
+        self.initial_state: InitialState | None = None  # where a restart before the first checkpoint goes back to
+        self.resumed_from: Path | None = None
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -76,18 +82,17 @@ class PPOTrainer(Driver):
         before its model (``builders.build_workers``), and a separately placed vLLM engine starts before any worker.
         Without workers (``trainer.val_only``) the one engine lives in this process."""
         cfg = self.cfg
-        self.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
+        run = self.run
+        run.prepare()  # model folder (a bad model path fails before any write), run folder, seeds
         if with_workers:
             self._start_engines_and_workers()
         else:  # no workers: the one engine lives in this process
-            self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer)
-        self.announce()  # the start-up block
-        where = builders.record_placement(self.workers, self.run_dir)  # where each Ray worker runs
-        if where:
-            console.say(where)
-        self.proxy, self.val_proxy = builders.build_proxies(cfg, self.engine, self.tokenizer)
-        self.initial_state = restarts.initial_state(self)
-        self.resumed_from = self.open_run(with_workers=with_workers)
+            run.engine = builders.build_engine(cfg, run.model_path, run.tokenizer)
+        run.announce()  # the start-up block
+        run.record_placement()  # where each Ray worker runs
+        run.proxy, run.val_proxy = builders.build_proxies(cfg, run.engine, run.tokenizer)
+        self.initial_state = InitialState.now(run.proxy)
+        self.resumed_from = run.open(lambda path: self.load_checkpoint(path, with_workers=with_workers))
         if with_workers and self.resumed_from is None:  # the first load (a resume has loaded the checkpoint's)
             self.sync_engine_weights()
 
@@ -100,15 +105,19 @@ class PPOTrainer(Driver):
         builders.start_ray(cfg)
         pg = placement.shared_placement_group(cfg)  # GPUs: one bundle per GPU, rank r of every role in r
         self.placement_group = pg
-        self.engine_spec = builders.hosted_engine_spec(cfg, self.model_path, self.tokenizer)
+        self.engine_spec = builders.hosted_engine_spec(cfg, self.run.model_path, self.run.tokenizer)
         if self.engine_spec is None:
-            self.engine = builders.build_engine(cfg, self.model_path, self.tokenizer, pg)
-        self.workers = builders.build_workers(cfg, self.model_path, pg, engine=self.engine_spec)
+            self.run.engine = builders.build_engine(cfg, self.run.model_path, self.run.tokenizer, pg)
+        self.run.workers = builders.build_workers(cfg, self.run.model_path, pg, engine=self.engine_spec)
         if self.engine_spec is not None:
-            self.engine = HostedEngines(self.workers["actor"])
-        self._nccl = pg is not None and engine_gpus(cfg) > 0
-        if self._nccl:
-            placement.init_nccl_sync(cfg, self.engine, self.workers["actor"])
+            self.run.engine = HostedEngines(self.run.workers["actor"])
+        self.nccl = pg is not None and engine_gpus(cfg) > 0
+        if self.nccl:
+            placement.init_nccl_sync(cfg, self.run.engine, self.run.workers["actor"])
+
+    def shutdown(self) -> None:
+        """Stop the run's worker groups and close its loggers (safe to call twice, or after a failed set-up)."""
+        self.run.shutdown()
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -123,103 +132,122 @@ class PPOTrainer(Driver):
     def _interrupted(self, exc: console.Interrupted) -> console.Interrupted:
         """``exc`` with where the run stands: a checkpoint of the complete steps is written when none is current
         and the interrupted step had not begun changing the weights (else the last complete one stands)."""
-        last = latest_checkpoint(self.ckpt_root)
+        run = self.run
+        last = latest_checkpoint(run.ckpt_root)
         last_step = -1 if last is None else checkpoint_step(last)
         if self._updating:
-            saved = (f"no checkpoint written: step {self.step + 1} had begun changing the weights; the last complete "
-                     f"one is {last or '(none)'}")
-        elif self.step > max(last_step, 0):
+            saved = (f"no checkpoint written: step {run.step + 1} had begun changing the weights; the last "
+                     f"complete one is {last or '(none)'}")
+        elif run.step > max(last_step, 0):
             try:
-                saved = f"saved checkpoint {self.write_checkpoint()}"
+                saved = f"saved checkpoint {run.write_checkpoint()}"
             except Exception as err:  # noqa: BLE001 - a failed save must not hide the interruption
                 saved = f"could not save a checkpoint ({type(err).__name__}: {err}); the last complete one is {last}"
         else:
             saved = f"the last checkpoint, {last or '(none)'}, is current"
-        return exc.with_message(f"{exc} in phase {self.phase!r} of step {self.step + 1} after {self.step} complete "
+        return exc.with_message(f"{exc} in phase {self.phase!r} of step {run.step + 1} after {run.step} complete "
                                 f"step(s); {saved}; run the same command again to resume (trainer.resume=auto)")
 
     def _fit(self) -> dict[str, float]:
         tr = self.cfg.trainer
         last: dict[str, float] = {}
-        if tr.val_before_train and self.step == 0 and not self.warm_started:
+        if tr.val_before_train and self.run.step == 0 and not self.run.warm_started:
             last = self._guarded(self.validate, step=0)
-            self._log(last, 0)
+            self.run.log(last, 0)
             self.write_report()
-        if tr.sft_warmup_steps > 0 and self.step == 0 and not self.warm_started:
+        if tr.sft_warmup_steps > 0 and self.run.step == 0 and not self.run.warm_started:
             self._updating = True
-            last = self._guarded(lambda: run_warm_start(self), phase="warm_start", step=0)
-            self.warm_started, self._updating = True, False
+            last = self._guarded(self.warm_start, phase="warm_start", step=0)
+            self.run.warm_started, self._updating = True, False
             self.write_report()
             self.save_checkpoint()  # a crash in RL resumes after the warm start
-        if self.step >= tr.total_steps and not (tr.total_steps == 0 and self.warm_started):
-            console.say(f"[ragen] {self.run_dir} is already at step {self.step} >= trainer.total_steps="
+        if self.run.step >= tr.total_steps and not (tr.total_steps == 0 and self.run.warm_started):
+            console.say(f"[ragen] {self.run.dir} is already at step {self.run.step} >= trainer.total_steps="
                        f"{tr.total_steps}; nothing to train (trainer.resume=none or a new trainer.output_dir "
                        "starts afresh)")
-        bar = tqdm(total=tr.total_steps, initial=self.step, desc="train", unit="step", file=console.err_stream(),
+        bar = tqdm(total=tr.total_steps, initial=self.run.step, desc="train", unit="step", file=console.err_stream(),
                    disable=not tr.progress_bar, dynamic_ncols=True)
-        while self.step < tr.total_steps:
+        while self.run.step < tr.total_steps:
             try:
                 last = self._advance()
             except WorkerFailure as exc:  # a dead worker: stop (named), or rebuild from the last checkpoint
                 if self.restarts >= tr.max_restarts:
                     raise
-                restarts.restart(self, exc)
+                self.restart(exc)
                 bar.reset(total=tr.total_steps)
-                bar.update(self.step)
+                bar.update(self.run.step)
                 continue
             bar.update(1)
             bar.set_postfix(bar_postfix(last), refresh=False)
         bar.close()
-        self.plot()
+        self.run.plot()
         return last
+
+    def warm_start(self) -> dict[str, float]:
+        """``trainer.sft_warmup_steps`` steps of behaviour cloning on the envs' experts through the train proxy
+        (``ragen.trainer.warm_start``); returns the validation after it."""
+        return run_warm_start(self.run, proxy=self.run.proxy, row_multiple=self.row_multiple(),
+                              sync_engine=self.sync_engine_weights, validate=self.validate)
+
+    def restart(self, failure: Exception) -> None:
+        """After a dead worker (``failure``), with ``trainer.max_restarts`` left: rebuild every worker group and
+        continue from the last complete checkpoint (``ragen.trainer.restarts``); counted in ``restarts``."""
+        cfg = self.cfg
+        self.restarts += 1
+        console.say(f"[ragen] {failure}\n[ragen] restart {self.restarts}/{cfg.trainer.max_restarts}: rebuilding the "
+                    "worker groups")
+        rebuild_workers(self.run, self.placement_group, self.engine_spec, nccl=self.nccl)
+        rewind(self.run, self.initial_state, self.load_checkpoint, self.sync_engine_weights)
+        self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
+        self.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
+        self._updating = False
 
     def _advance(self) -> dict[str, float]:
         """One step of ``fit``: train, log (with validation when due), checkpoint when due; returns its metrics."""
         tr = self.cfg.trainer
         metrics = self._guarded(self.train_step)
-        metrics.update(self._guarded(self.memory_metrics, phase="memory_stats"))
+        metrics.update(self._guarded(self.run.memory_metrics, phase="memory_stats"))
         metrics["trainer/restarts"] = float(self.restarts)
-        self.step += 1
+        self.run.complete_step()
         self._updating = False
-        self._rng_after_step, self._proxy_after_step = get_rng_state(), self.proxy.state_dict()
-        validating = self.due(tr.val_freq)
+        validating = self.run.due(tr.val_freq)
         if validating:
-            metrics.update(self._guarded(self.validate, step=self.step))
-        self._log(metrics, self.step)
+            metrics.update(self._guarded(self.validate, step=self.run.step))
+        self.run.log(metrics, self.run.step)
         if validating:
             self.write_report()
-        if self.due(tr.save_freq):
+        if self.run.due(tr.save_freq):
             self._guarded(self.save_checkpoint)
         return metrics
 
     def train_step(self) -> dict[str, float]:
         """One PPO step; returns its metrics (rollout, actor/*, critic/*, timing/*, perf/*, memory/<phase>/*)."""
-        cfg, t = self.cfg, {}
-        actor, critic, ref = self.workers["actor"], self.workers.get("critic"), self.workers.get("ref")
+        cfg, run, t = self.cfg, self.run, {}
+        actor, critic, ref = run.workers["actor"], run.workers.get("critic"), run.workers.get("ref")
         metrics: dict[str, float] = {}
         start = time.perf_counter()
         with self._timed("rollout", t):
-            batch = self.proxy.rollout("train")
+            batch = run.proxy.rollout("train")
         with self._timed("engine_sleep", t):  # free the engines' memory for training (vLLM sleep mode; hf on GPU)
-            self.engine.sleep()
-        offload = step_memory.phase_offload(cfg, self.workers)  # None unless trainer.offload resolves to phase
+            run.engine.sleep()
+        offload = step_memory.phase_offload(cfg, run.workers)  # None unless trainer.offload resolves to phase
         if offload is not None:
             with self._timed("reload", t):  # the training state back on the GPUs before the first training phase
                 offload.reload()
         metrics.update(batch.metrics)
         metrics.update(self._seed_metrics(batch))
-        errors = failed_episode_records(batch, self.step + 1)
+        errors = failed_episode_records(batch, run.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
-            phases.write_jsonl(self.run_dir / "env_errors.jsonl", errors, append=True)
-        self.failed_steps.record(self.step + 1, batch.episodes)  # every episode failing, step after step: stop
+            phases.write_jsonl(run.dir / "env_errors.jsonl", errors, append=True)
+        self.failed_steps.record(run.step + 1, batch.episodes)  # every episode failing, step after step: stop
         with self._timed("filter", t):
             batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
         tb = self.layout.train_batch(batch)
         n_real = tb.batch_size
-        tb = self.layout.padded(tb, self._row_multiple(), self.proxy.pad_id)  # rows that mini-batches and ranks divide
+        tb = self.layout.padded(tb, self.row_multiple(), run.proxy.pad_id)  # rows that mini-batches and ranks divide
         values = boot = None
-        value_group = builders.value_worker(cfg, self.workers)  # the critic, or the actor's shared value head
+        value_group = builders.value_worker(cfg, run.workers)  # the critic, or the actor's shared value head
         with self._timed("old_log_probs", t):
             if value_group is actor:  # shared value head: log-probs and values from one forward
                 old_lp, values, _ = actor.call("compute_log_probs_and_values", tb)
@@ -238,7 +266,7 @@ class PPOTrainer(Driver):
                 values, _ = value_group.call("compute_values", tb)
         if value_group is not None and bool(batch.truncated.any()):  # episodes cut by the length budget
             with self._timed("bootstrap_values", t):
-                boot = bootstrap_values(value_group, batch, self.proxy.pad_id, self._row_multiple())
+                boot = bootstrap_values(value_group, batch, run.proxy.pad_id, self.row_multiple())
         with self._timed("advantages", t):
             real_values = None if values is None else values[:n_real]
             adv, ret, kl_metrics = phases.step_credit(
@@ -247,8 +275,8 @@ class PPOTrainer(Driver):
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
             with self._timed("report_samples", t):
-                report_phase.save_train_samples(self, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
-                                                self.step + 1)
+                report_phase.save_train_samples(self.run, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
+                                                run.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values,
@@ -261,13 +289,13 @@ class PPOTrainer(Driver):
         if critic is not None and not bad:
             with self._timed("critic_update", t):
                 metrics.update(critic.call("update", tb, progress=self._progress("critic")))
-        updated = self.step >= cfg.trainer.critic_warmup and not bad
+        updated = run.step >= cfg.trainer.critic_warmup and not bad
         if updated:
             with self._timed("actor_update", t):
                 metrics.update(actor.call("update", tb, progress=self._progress("actor")))
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
-            placement.wake_and_sync(self.engine, self._weight_sync if updated else None, offload)
-        self.skips.record(self.step + 1, bad or numerics.gradient_skips(metrics))
+            placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
+        self.skips.record(run.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
         metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
@@ -275,7 +303,7 @@ class PPOTrainer(Driver):
         if self._report_seconds is not None:
             metrics["timing/report"], self._report_seconds = self._report_seconds, None
         metrics.update(phases.perf_metrics(batch, step_s, t))
-        metrics.update(step_memory.step_metrics(self.workers, offload))
+        metrics.update(step_memory.step_metrics(run.workers, offload))
         return metrics
 
     def sync_engine_weights(self) -> None:
@@ -283,22 +311,23 @@ class PPOTrainer(Driver):
         (``placement.wake_and_sync``): the first load, a resume, a restart, the warm start. With
         ``trainer.offload=phase`` the training state leaves the GPUs before each wake, as in a step, so the rollout
         that follows (the first one, or validation) has the GPUs to itself."""
-        placement.wake_and_sync(self.engine, self._weight_sync, step_memory.phase_offload(self.cfg, self.workers))
+        offload = step_memory.phase_offload(self.cfg, self.run.workers)
+        placement.wake_and_sync(self.run.engine, self._weight_sync, offload)
 
     def _weight_sync(self) -> Any:
         """The actor's weights to the engine, never through this process where workers host the engines: each
         actor rank loads its own engine (``HostedEngines.sync_weights``), or rank 0 broadcasts to a separately
         placed vLLM engine over NCCL. An engine set from outside (tests' scripted engines) gets the full state
-        dict (``Driver.sync_engine_weights``)."""
-        sync = getattr(self.engine, "sync_weights", None)  # engines hosted by the actor's ranks (HostedEngines)
+        dict (``Run.push_actor_weights``)."""
+        sync = getattr(self.run.engine, "sync_weights", None)  # engines hosted by the actor's ranks (HostedEngines)
         if sync is not None:
             return sync()
-        if not self._nccl:
-            return super().sync_engine_weights()
+        if not self.nccl:
+            return self.run.push_actor_weights()
         from ragen.rollout.vllm_engine import DEFAULT_BUCKET_BYTES
 
         dtype, _ = resolve_dtype(self.cfg.rollout.dtype, "cuda")
-        return placement.nccl_sync(self.engine, self.workers["actor"], dtype, DEFAULT_BUCKET_BYTES,
+        return placement.nccl_sync(self.run.engine, self.run.workers["actor"], dtype, DEFAULT_BUCKET_BYTES,
                                    timeout_s=self.cfg.trainer.worker_call_timeout_s)
 
     @contextmanager
@@ -319,9 +348,9 @@ class PPOTrainer(Driver):
         try:
             return fn()
         except WorkerFailure as exc:
-            last = latest_checkpoint(self.ckpt_root)
+            last = latest_checkpoint(self.run.ckpt_root)
             if step is None:
-                step = self.step if self.phase == "checkpoint" else self.step + 1
+                step = self.run.step if self.phase == "checkpoint" else self.run.step + 1
             raise WorkerFailure(f"{exc}; in phase {self.phase!r} of step {step}. Last complete checkpoint: "
                                 f"{last or '(none)'}; rerun with trainer.resume=auto to continue from it") from exc
 
@@ -332,12 +361,12 @@ class PPOTrainer(Driver):
         if getattr(self.cfg, role).total_steps is not None:
             return None
         skip = self.cfg.trainer.critic_warmup if role == "actor" else 0
-        return self.step - skip, max(1, self.cfg.trainer.total_steps - skip)
+        return self.run.step - skip, max(1, self.cfg.trainer.total_steps - skip)
 
-    def _row_multiple(self) -> int:
+    def row_multiple(self) -> int:
         cfg = self.cfg
         sizes = [cfg.actor.mini_batch_size, *(world_size(cfg, r) for r in ("actor", "critic", "ref"))]
-        if self.workers.get("critic") is not None:
+        if self.run.workers.get("critic") is not None:
             sizes.append(cfg.critic.mini_batch_size)
         return turn_layout.row_multiple(*sizes)
 
@@ -346,19 +375,20 @@ class PPOTrainer(Driver):
         seeds = [ep.seed for ep in batch.episodes]
         return {"rollout/seed_min": float(min(seeds)), "rollout/seed_max": float(max(seeds))} if seeds else {}
 
-    def validate(self) -> dict[str, float]:
-        """Roll out the validation groups (fixed seeds), dump them as JSONL, return ``val/...`` metrics.
+    def validate(self, suffix: str = "") -> dict[str, float]:
+        """Roll out the validation groups (fixed seeds), dump them as JSONL (``val_rollouts/step_N<suffix>.jsonl``),
+        return ``val/...`` metrics.
 
         The global RNG state is restored afterwards, so validating never changes the training randomness.
         """
         t: dict[str, float] = {}
         with rng_preserved(), self._timed("validation", t):
-            batch = self.val_proxy.rollout("val")
+            batch = self.run.val_proxy.rollout("val")
         records = episode_records(batch)
         if self.cfg.trainer.report and self.cfg.trainer.report_val_samples != 0:  # + token rows with log-probs,
             with rng_preserved(), self._timed("val_credit", t):  # values and advantages, for the step page
-                records = report_phase.val_records(self, batch)
-        phases.write_jsonl(self.run_dir / "val_rollouts" / f"step_{self.step}{self.val_suffix}.jsonl", records)
+                records = report_phase.val_records(self.run, batch, self.row_multiple())
+        phases.write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
         out["val/reward/mean"] = float(phases.trajectory_rewards(batch).mean())
         out.update({f"timing/{k}": v for k, v in t.items()})
@@ -371,14 +401,14 @@ class PPOTrainer(Driver):
             return
         t: dict[str, float] = {}
         with timed("report", t):
-            records = None if "jsonl" in self.cfg.trainer.loggers else self.history
-            build_report(self.run_dir, steps=pending_steps(self.run_dir, self.step), records=records)
+            records = None if "jsonl" in self.cfg.trainer.loggers else self.run.history
+            build_report(self.run.dir, steps=pending_steps(self.run.dir, self.run.step), records=records)
         self._report_seconds = t["report"]
 
     def evaluate(self) -> dict[str, float]:
         """``trainer.val_only``: validate the policy of the resumed checkpoint (or the initial model) once."""
         metrics = self.validate()
-        self._log(metrics, self.step)
+        self.run.log(metrics, self.run.step)
         self.write_report()
         return metrics
 
@@ -387,15 +417,15 @@ class PPOTrainer(Driver):
         """Actor / critic (weights + optimizer) and trainer state into ``checkpoints/global_step_<step>``, then the
         learning curve."""
         self.phase = "checkpoint"
-        path = self.write_checkpoint()
+        path = self.run.write_checkpoint()
         tqdm.write(f"[ragen] saved checkpoint {path}")
-        self.plot()
+        self.run.plot()
         return path
 
     def load_checkpoint(self, path: Path, *, with_workers: bool = True) -> None:
         """Restore workers (or, without them, the engine's weights), step, RNG and seed counters."""
-        self.read_checkpoint(path, with_workers=with_workers)
-        console.say(f"[ragen] resumed from {path} at step {self.step}")
+        self.run.read_checkpoint(path, self.sync_engine_weights, with_workers=with_workers)
+        console.say(f"[ragen] resumed from {path} at step {self.run.step}")
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:

@@ -19,7 +19,7 @@ is V of the context before token t (``ragen.report.records``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,22 +30,26 @@ from ragen.trainer.bootstrap import bootstrap_values
 from ragen.trainer.derived import estimator_needs_values
 from ragen.trainer.layout import layout_of
 
+if TYPE_CHECKING:
+    from ragen.trainer.run import Run
 
-def save_train_samples(trainer: Any, batch: RolloutBatch, credit: Credit, step: int) -> Path:
+
+def save_train_samples(run: Run, batch: RolloutBatch, credit: Credit, step: int) -> Path:
     """Write ``trainer.report_train_samples`` episodes of the (filtered) training ``batch`` with their ``credit``
     (tensors over the batch's rows) to ``train_samples/step_{step}.jsonl``."""
-    picked = sample_indices(len(episode_rows(batch)), trainer.cfg.trainer.report_train_samples)
-    records = episode_token_records(batch, trainer.tokenizer, credit, episodes=picked)
-    return phases.write_jsonl(trainer.run_dir / "train_samples" / f"step_{step}.jsonl", records)
+    picked = sample_indices(len(episode_rows(batch)), run.cfg.trainer.report_train_samples)
+    records = episode_token_records(batch, run.tokenizer, credit, episodes=picked)
+    return phases.write_jsonl(run.dir / "train_samples" / f"step_{step}.jsonl", records)
 
 
-def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None) -> Credit:
+def val_credit(run: Run, batch: RolloutBatch, row_multiple: int, rows: list[int] | None = None) -> Credit:
     """Log-probs, values and advantages of a validation batch (module docstring); (B, T) tensors over its rows.
-    ``rows``: the rows to run through the actor / critic (None = all); the others get zeros (not meaningful)."""
-    cfg, layout = trainer.cfg, layout_of(trainer.cfg)
+    ``row_multiple``: the rows a worker batch is padded to a multiple of; ``rows``: the rows to run through the
+    actor / critic (None = all); the others get zeros (not meaningful)."""
+    cfg, layout = run.cfg, layout_of(run.cfg)
     from ragen.trainer.builders import value_worker
 
-    actor, critic = trainer.workers.get("actor"), value_worker(trainer.cfg, trainer.workers)
+    actor, critic = run.workers.get("actor"), value_worker(run.cfg, run.workers)
     values = boot = None
     if actor is None:
         log_probs = batch.sample_log_probs
@@ -54,7 +58,7 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
         picked = list(range(full.batch_size)) if rows is None else rows
         tb = full.select(picked) if len(picked) < full.batch_size else full
         n = tb.batch_size
-        tb = turn_layout.pad_rows(tb, trainer._row_multiple(), trainer.proxy.pad_id)
+        tb = turn_layout.pad_rows(tb, row_multiple, run.proxy.pad_id)
         if critic is actor:  # shared value head: one forward gives both
             log_probs, values, _ = actor.call("compute_log_probs_and_values", tb)
         else:
@@ -64,7 +68,7 @@ def val_credit(trainer: Any, batch: RolloutBatch, rows: list[int] | None = None)
         log_probs = _scatter_rows(log_probs[:n], picked, full.batch_size)
         if values is not None:
             values = _scatter_rows(values[:n], picked, full.batch_size)
-            boot = bootstrap_values(critic, batch.select(picked), trainer.proxy.pad_id, trainer._row_multiple())
+            boot = bootstrap_values(critic, batch.select(picked), run.proxy.pad_id, row_multiple)
             boot = None if boot is None else _scatter_rows(boot, picked, full.batch_size)
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):
@@ -83,24 +87,25 @@ def _scatter_rows(x: torch.Tensor, rows: list[int], n: int) -> torch.Tensor:
     return out
 
 
-def val_records(trainer: Any, batch: RolloutBatch) -> list[dict]:
+def val_records(run: Run, batch: RolloutBatch, row_multiple: int) -> list[dict]:
     """One record per validation episode: ``trainer.report_val_samples`` of them (spread evenly) with their token
-    rows and :func:`val_credit`, the rest as :func:`ragen.agent.batch.episode_records` text."""
+    rows and :func:`val_credit` (``row_multiple`` as there), the rest as :func:`ragen.agent.batch.episode_records`
+    text."""
     groups = episode_rows(batch)
-    k = trainer.cfg.trainer.report_val_samples
+    k = run.cfg.trainer.report_val_samples
     picked = list(range(len(groups))) if k is None else sample_indices(len(groups), k)
     records = episode_records(batch)
     if len(records) != len(groups):  # episodes not aligned with rows: every episode with its rows, as before
-        return episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch))
+        return episode_token_records(batch, run.tokenizer, val_credit(run, batch, row_multiple))
     if not picked:
         return records
     rows = [r for e in picked for r in groups[e]]
-    alg = trainer.cfg.algorithm
+    alg = run.cfg.algorithm
     if alg.whiten and estimator_needs_values(alg.estimator) and len(rows) < batch.batch_size:
         sub = batch.select(rows)  # whitening mixes rows: the picked episodes are scored among themselves
-        tokens = episode_token_records(sub, trainer.tokenizer, val_credit(trainer, sub))
+        tokens = episode_token_records(sub, run.tokenizer, val_credit(run, sub, row_multiple))
     else:
-        tokens = episode_token_records(batch, trainer.tokenizer, val_credit(trainer, batch, rows=rows),
+        tokens = episode_token_records(batch, run.tokenizer, val_credit(run, batch, row_multiple, rows=rows),
                                        episodes=picked)
     for e, rec in zip(picked, tokens, strict=True):
         records[e] = rec

@@ -15,7 +15,8 @@ schedule), the engine gets the new weights, and a validation runs. Every record 
 ``sft/...`` per warm-start step, and the validation after the warm start as ``val/...`` with
 ``val/after_warm_start = 1`` (the curve shows untrained -> after warm start at step 0, then RL).
 
-Any trainer with the few members of :class:`WarmStartHost` can run it: the PPO trainer
+Both trainers run it on their :class:`ragen.trainer.run.Run` with what is theirs passed in (the proxy to imitate
+through, the row multiple, the engine's weight sync, the validation): the PPO trainer
 (``ragen.trainer.ppo_trainer``) and the ArCHer family's (``ragen.archer.trainer``). The warm start alone, with
 no RL after it (``python -m ragen.sft`` = ``ragen sft``), is the same run on the config :func:`sft_config` makes:
 ``trainer.total_steps=0``, and ``DEFAULT_STEPS`` warm-start steps when the config has none. Its checkpoint
@@ -26,7 +27,8 @@ RL from it with ``model.path=<that folder>``, or run both in one job with ``trai
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from tqdm import tqdm
 
@@ -34,6 +36,7 @@ from ragen.agent.expert import ExpertResponder
 from ragen.trainer import numerics
 from ragen.trainer.config import TrainConfig
 from ragen.trainer.layout import layout_of
+from ragen.trainer.run import Run
 from ragen.utils import console
 from ragen.utils.checkpoint import reference_dir
 from ragen.utils.timing import timed
@@ -49,28 +52,6 @@ def sft_config(cfg: TrainConfig) -> TrainConfig:
     return dataclasses.replace(cfg, trainer=trainer)
 
 
-class WarmStartHost(Protocol):
-    """What :func:`run_warm_start` needs from a set-up trainer: its frozen config, the actor group (with
-    ``sft_update`` / ``reset_optimizer``, i.e. a ``PolicyWorker``), tokenizer, train agent proxy and engine, the
-    row multiple a turn-layout batch is padded to, the engine's weight sync, its validation and its logger."""
-
-    cfg: Any
-    workers: dict[str, Any]
-    run_dir: Any
-    tokenizer: Any
-    proxy: Any
-    engine: Any
-    val_suffix: str  # appended to the validation rollouts' file name (``step_N<suffix>.jsonl``)
-
-    def _row_multiple(self) -> int: ...
-
-    def sync_engine_weights(self) -> Any: ...
-
-    def validate(self) -> dict[str, float]: ...
-
-    def _log(self, metrics: dict[str, float], step: int) -> None: ...
-
-
 def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
     """``sft_update``'s rate arguments for warm-start step ``k`` of ``steps``: ``sft.lr`` throughout, or with
     ``sft.lr_schedule=linear`` the part ``[k/steps, (k+1)/steps)`` of one linear decay from ``sft.lr`` to 0."""
@@ -79,30 +60,33 @@ def sft_rates(sft: Any, k: int, steps: int) -> dict[str, float]:
     return {"lr": sft.lr * (1 - k / steps), "lr_end": sft.lr * (1 - (k + 1) / steps)}
 
 
-def rebase_reference(trainer: WarmStartHost) -> None:
+def rebase_reference(run: Run) -> None:
     """Make the KL reference the policy RL starts from (InstructGPT eq. 2; verl loads the reference from the actor's
     checkpoint): after the warm start, KL = 0 on the first RL batch, as when ``ragen sft`` and then
     ``model.path=<actor folder>`` run as two jobs. A LoRA actor (its own reference: adapters off) folds its adapters
     into the base and starts them again (``merge_adapters``); a reference worker group reads the actor's weights
     from ``reference_dir`` (written by the actor's ranks, read by the reference's: nothing goes through this
-    process), which resume and restarts read again (``Driver.read_checkpoint``)."""
-    actor, ref = trainer.workers["actor"], trainer.workers.get("ref")
-    if trainer.cfg.actor.lora:
+    process), which resume and restarts read again (``Run.read_checkpoint``)."""
+    actor, ref = run.workers["actor"], run.workers.get("ref")
+    if run.cfg.actor.lora:
         actor.call("merge_adapters")
     if ref is not None:
-        folder = str(reference_dir(trainer.run_dir))
+        folder = str(reference_dir(run.dir))
         actor.call("save", dir=folder, optimizer=False)
         ref.call("load", dir=folder)
 
 
-def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str, float]:
-    """Run ``trainer.sft_warmup_steps`` warm-start steps on ``trainer`` (a set-up :class:`WarmStartHost`);
-    returns the metrics of the validation after it. ``proxy``: the agent proxy whose train envs' experts are
-    imitated (default ``trainer.proxy``; the ArCHer trainer passes one over recorded dialogues)."""
-    cfg = trainer.cfg
-    proxy = trainer.proxy if proxy is None else proxy
-    actor = trainer.workers["actor"]
-    responder = ExpertResponder(trainer.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
+def run_warm_start(run: Run, *, proxy: Any, row_multiple: int, sync_engine: Callable[[], Any],
+                   validate: Callable[[str], dict[str, float]]) -> dict[str, float]:
+    """Run ``trainer.sft_warmup_steps`` warm-start steps on the set-up ``run`` (its config, actor group with
+    ``sft_update`` / ``reset_optimizer``, i.e. a ``PolicyWorker``, tokenizer and logger); returns the metrics of
+    the validation after it. ``proxy``: the agent proxy whose train envs' experts are imitated (the train proxy;
+    the ArCHer trainer may pass one over recorded dialogues); ``row_multiple``: the rows a turn-layout batch is
+    padded to a multiple of; ``sync_engine()``: the actor's new weights into the engine; ``validate(suffix)``: the
+    trainer's validation, its rollouts written to ``val_rollouts/step_0<suffix>.jsonl``."""
+    cfg = run.cfg
+    actor = run.workers["actor"]
+    responder = ExpertResponder(run.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
                                 noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps, layout = cfg.trainer.sft_warmup_steps, layout_of(cfg)
     # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
@@ -114,25 +98,21 @@ def run_warm_start(trainer: WarmStartHost, proxy: Any | None = None) -> dict[str
         with timed("sft_rollout", t):
             batch = proxy.rollout("train", responder=responder)
         failed.record(k + 1, batch.episodes)
-        tb = layout.padded(layout.train_batch(batch), trainer._row_multiple(), proxy.pad_id)
+        tb = layout.padded(layout.train_batch(batch), row_multiple, proxy.pad_id)
         with timed("sft_update", t):
             metrics = actor.call("sft_update", tb, epochs=cfg.sft.epochs, **sft_rates(cfg.sft, k, steps))
         metrics.update({f"sft/{k2}": v for k2, v in batch.metrics.items() if k2.startswith("env/")})
         metrics.update({f"timing/{name}": v for name, v in t.items()})
         metrics["sft/step"] = float(k + 1)
         metrics["sft/noise_turns"] = float(responder.stats["noise_turns"])
-        trainer._log(metrics, 0)
+        run.log(metrics, 0)
         bar.update(1)
         bar.set_postfix(nll=f"{metrics.get('sft/nll', float('nan')):.3f}")
     bar.close()
     actor.call("reset_optimizer")
-    rebase_reference(trainer)
-    trainer.sync_engine_weights()
-    trainer.val_suffix = "_after_warm_start"  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
-    try:
-        val = trainer.validate()
-    finally:
-        trainer.val_suffix = ""
+    rebase_reference(run)
+    sync_engine()
+    val = validate("_after_warm_start")  # val_rollouts/step_0_after_warm_start.jsonl beside the untrained step_0
     val["val/after_warm_start"] = 1.0
-    trainer._log(val, 0)
+    run.log(val, 0)
     return val

@@ -365,6 +365,13 @@ class PolicyWorker:
     def engine_wake(self, tags: tuple[str, ...] | None = None) -> None:
         self._engine().wake(tags)
 
+    def engine_asleep(self) -> tuple[str, ...]:
+        """The parts of this rank's engine asleep now (the engine's own record), in ``ENGINE_PARTS`` order."""
+        from ragen.rollout.base import ENGINE_PARTS
+
+        asleep = self._engine().asleep
+        return tuple(p for p in ENGINE_PARTS if p in asleep)
+
     @worker_phase(optimizer=False)
     def sync_engine_weights(self) -> dict[str, float]:
         """This actor's weights into its rank's engine (all ranks call: each parameter's gather is a collective),

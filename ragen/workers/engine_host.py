@@ -36,8 +36,6 @@ from typing import Any
 
 import torch
 
-PARTS = ("weights", "kv_cache")  # what ``sleep`` frees and ``wake(tags)`` brings back
-
 
 @dataclass(frozen=True)
 class EngineSpec:
@@ -113,13 +111,14 @@ def engine_kwargs_for(spec: EngineSpec, device: torch.device, world_size: int) -
 
 
 class EngineHost:
-    """One rollout engine in this process, with its sleep state.
+    """One rollout engine in this process.
 
     ``make(name, **kwargs)`` builds the engine (default ``ragen.rollout.make_engine``; tests pass fakes). The engine
     is put to sleep at once (``sleep`` frees memory where the engine can: vLLM sleep mode, the hf engine on a GPU), so
-    the caller builds its training model next; the first weight sync wakes it. ``asleep`` is the set of parts
-    (``PARTS``) still asleep; ``wake`` forwards only what is asleep, so waking twice is harmless (a restart or a
-    resume can always ``ensure_awake``).
+    the caller builds its training model next; the first weight sync wakes it. The engine keeps its own sleep state
+    (``ragen.rollout.base.SleepState``: ``asleep``, the parts still asleep; a wake brings back only what is asleep,
+    so waking twice is harmless and a restart or a resume can always ``ensure_awake``); the host asks it before a
+    generate or a weight load.
     """
 
     def __init__(self, spec: EngineSpec, device: torch.device, rank: int = 0, world_size: int = 1,
@@ -137,8 +136,12 @@ class EngineHost:
             self.engine = make(spec.name, **kwargs)
         self.dtype = _engine_dtype(self.engine, kwargs.get("dtype", "float32"))
         self.device = device
-        self.asleep: frozenset[str] = frozenset()
         self.sleep()
+
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The engine's parts asleep now (the engine's own record)."""
+        return self.engine.asleep
 
     def generate(self, prompts: list[list[int]], sampling: Any) -> list[Any]:
         """The engine's samples for ``prompts`` (in order); the engine must be awake."""
@@ -149,21 +152,11 @@ class EngineHost:
 
     def sleep(self) -> None:
         """Free the engine's memory for training (weights and KV cache)."""
-        if self.asleep != frozenset(PARTS):
-            self.engine.sleep()
-        self.asleep = frozenset(PARTS)
+        self.engine.sleep()
 
     def wake(self, tags: Iterable[str] | None = None) -> None:
-        """Bring back ``tags`` (None = all) of what is asleep; parts already awake are left alone."""
-        wanted = frozenset(PARTS if tags is None else tags)
-        unknown = wanted - frozenset(PARTS)
-        if unknown:
-            raise ValueError(f"unknown engine parts {sorted(unknown)}; use {PARTS}")
-        todo = wanted & self.asleep
-        if not todo:
-            return
-        self.engine.wake(None if todo == frozenset(PARTS) else tuple(p for p in PARTS if p in todo))
-        self.asleep = self.asleep - todo
+        """Bring back ``tags`` (None = all) of what is asleep; parts already awake are left alone (by the engine)."""
+        self.engine.wake(None if tags is None else tuple(tags))
 
     def ensure_awake(self) -> None:
         self.wake(None)

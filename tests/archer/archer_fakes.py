@@ -49,9 +49,9 @@ def trainer_with_fakes(config: str, engine: Any, overrides: list[str] = (), **gr
     """An ``ArcherTrainer`` of ``config`` (not set up) whose engine, tokenizer, proxy and worker groups are fakes."""
     cfg = load_train_config(config, ["trainer.output_dir=/nonexistent", *overrides])
     trainer = ArcherTrainer(cfg)
-    trainer.engine, trainer.tokenizer = engine, IdTextTokenizer()
-    trainer.proxy = SimpleNamespace(fmt=SimpleNamespace(eot_id=EOT), pad_id=0)
-    trainer.workers = dict(groups)
+    trainer.run.engine, trainer.run.tokenizer = engine, IdTextTokenizer()
+    trainer.run.proxy = SimpleNamespace(fmt=SimpleNamespace(eot_id=EOT), pad_id=0)
+    trainer.run.workers = dict(groups)
     return trainer
 
 

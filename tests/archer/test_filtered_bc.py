@@ -26,9 +26,9 @@ def test_the_cutoff_is_a_quantile_of_the_buffers_trajectories(fake_engine, monke
     trainer = trainer_with_fakes("filtered_bc_twenty_questions", fake_engine.fixed([1]),
                                  ["archer.capacity=4", "archer.warmup_iter=0", "archer.batch_size=8",
                                   "actor.mini_batch_size=8"], actor=actor, critic=None)
-    trainer.proxy.rollout = lambda mode, responder=None: SimpleNamespace(metrics={})
+    trainer.run.proxy.rollout = lambda mode, responder=None: SimpleNamespace(metrics={})
     assert trainer.train_step()["bc/kept_turns"] == 2
-    trainer.step += 1
+    trainer.run.step += 1
     second = trainer.train_step()
     assert second["bc/cutoff"] == pytest.approx(-3.1) and second["bc/kept_turns"] == 2
     method, (batch,), kw = [c for c in actor.calls if c[0].endswith("_update")][-1]

@@ -301,12 +301,9 @@ def warm_start(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     tok = tokenizer()
     train, _ = _proxies(cfg, ScriptedEngine(tok, cfg), tok)
     actor = _Recorder()
-    host = type("Host", (), {})()
-    host.cfg, host.workers, host.tokenizer, host.proxy, host.val_suffix = cfg, {"actor": actor}, tok, train, ""
-    host.engine = ScriptedEngine(tok, cfg)
-    host._row_multiple, host.validate, host._log = (lambda: 1), (lambda: {}), (lambda m, s: None)
-    host.sync_engine_weights = lambda: None
-    run_warm_start(host)
+    run = type("Run", (), {})()  # what run_warm_start reads of a ragen.trainer.run.Run
+    run.cfg, run.workers, run.tokenizer, run.log = cfg, {"actor": actor}, tok, (lambda m, s: None)
+    run_warm_start(run, proxy=train, row_multiple=1, sync_engine=lambda: None, validate=lambda suffix: {})
     return {f"{name}_{i}": getattr(b, name) for i, b in enumerate(actor.batches)
             for name in ("input_ids", "response_mask")}
 

@@ -3,7 +3,7 @@
 * ``ppo_step``: ``PPOTrainer.setup`` + one ``train_step`` (rollout by the scripted engine of ``liveness_probes``,
   then the trainer's own old / ref log-probs, values, credit, critic and actor updates): the ``actor`` and ``critic``
   parameters afterwards.
-* ``warm``: ``PPOTrainer.setup`` + ``run_warm_start`` when ``trainer.sft_warmup_steps`` > 0: the ``actor``
+* ``warm``: ``PPOTrainer.setup`` + ``PPOTrainer.warm_start`` when ``trainer.sft_warmup_steps`` > 0: the ``actor``
   parameters afterwards.
 * ``archer_step``: ``ArcherTrainer.setup`` + one ``train_step``, the rollout played by the scripted engine (varied
   rewards) and the fresh actions (and CHAI's candidates) sampled by the trainer's own engine over the tiny policy (so
@@ -37,8 +37,8 @@ def _scripted(trainer: Any, cfg: TrainConfig) -> None:
     """The trainer's engine and proxies replaced by the scripted engine (deterministic, parseable answers)."""
     from ragen.trainer.builders import build_proxies
 
-    trainer.engine = P.ScriptedEngine(trainer.tokenizer, cfg)
-    trainer.proxy, trainer.val_proxy = build_proxies(cfg, trainer.engine, trainer.tokenizer)
+    trainer.run.engine = P.ScriptedEngine(trainer.run.tokenizer, cfg)
+    trainer.run.proxy, trainer.run.val_proxy = build_proxies(cfg, trainer.run.engine, trainer.run.tokenizer)
 
 
 def _run(cfg: TrainConfig, fn) -> dict[str, torch.Tensor]:
@@ -52,20 +52,18 @@ def _run(cfg: TrainConfig, fn) -> dict[str, torch.Tensor]:
 
 def _ppo(cfg: TrainConfig, warm: bool) -> dict[str, torch.Tensor]:
     from ragen.trainer.ppo_trainer import PPOTrainer
-    from ragen.trainer.warm_start import run_warm_start
-
     trainer = PPOTrainer(cfg)
     trainer.setup()
     try:
         _scripted(trainer, cfg)
         if warm:
             if cfg.trainer.sft_warmup_steps > 0:
-                run_warm_start(trainer)
+                trainer.warm_start()
         else:
             trainer.train_step()
-        out = {"actor": _flat(trainer.workers["actor"].call_rank0("full_state_dict"))}
-        if trainer.workers.get("critic") is not None and not warm:
-            out["critic"] = _flat(_critic_state(trainer.workers["critic"]))
+        out = {"actor": _flat(trainer.run.workers["actor"].call_rank0("full_state_dict"))}
+        if trainer.run.workers.get("critic") is not None and not warm:
+            out["critic"] = _flat(_critic_state(trainer.run.workers["critic"]))
         return out
     finally:
         trainer.shutdown()
@@ -91,12 +89,12 @@ def _archer(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     trainer = ArcherTrainer(cfg)
     trainer.setup()
     try:  # the rollout by the scripted engine; fresh actions (and CHAI's candidates) sampled by the policy's engine
-        trainer.proxy, trainer.val_proxy = build_proxies(cfg, P.ScriptedEngine(trainer.tokenizer, cfg),
-                                                         trainer.tokenizer)
+        run = trainer.run
+        run.proxy, run.val_proxy = build_proxies(cfg, P.ScriptedEngine(run.tokenizer, cfg), run.tokenizer)
         trainer.train_step()
-        out = {"actor": _flat(trainer.workers["actor"].call_rank0("full_state_dict"))}
-        if trainer.workers.get("critic") is not None:
-            state = trainer.workers["critic"].call_rank0("full_state_dict")
+        out = {"actor": _flat(trainer.run.workers["actor"].call_rank0("full_state_dict"))}
+        if trainer.run.workers.get("critic") is not None:
+            state = trainer.run.workers["critic"].call_rank0("full_state_dict")
             out.update({f"critic_{k}": _flat(v) for k, v in state.items()})
         return out
     finally:

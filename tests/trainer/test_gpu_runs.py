@@ -69,7 +69,7 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
     trainer = PPOTrainer(cfg)
     try:
         trainer.setup()
-        actor, critic = trainer.workers["actor"].worker, trainer.workers["critic"].worker
+        actor, critic = trainer.run.workers["actor"].worker, trainer.run.workers["critic"].worker
         engine = actor.engine_host.engine  # the actor's rank hosts the engine, beside its model
         assert {actor.device.type, critic.device.type, engine.device.type} == {device}
         assert engine.prefix_store is not None  # multi-turn: KV caches kept across turns
@@ -82,7 +82,7 @@ def test_multi_turn_run_colocated_on_one_device(device, tmp_path, tokenizer_dir,
             assert torch.cuda.max_memory_allocated() > 0
     finally:
         trainer.shutdown()
-    _check_run(out, trainer.model_path)
+    _check_run(out, trainer.run.model_path)
     last = read_metrics(out)[-1]
     kind = "allocated" if torch.cuda.is_available() and torch.cuda.is_initialized() else "rss"  # CUDA peaks or RSS
     peaks = [last[f"memory/{phase}/{kind}"] for phase in ("rollout", "actor_update")]
@@ -105,14 +105,14 @@ def test_multi_turn_run_with_ray_workers_on_one_gpu(tmp_path, tokenizer_dir):
         assert trainer.placement_group is not None  # the shared GPU placement group: one bundle, the one GPU
         bundles = ray.util.placement_group_table(trainer.placement_group)["bundles"]
         assert [b.get("GPU") for b in bundles.values()] == [1.0]
-        assert isinstance(trainer.engine, HostedEngines) and trainer.engine.ranks == 1  # in the actor's rank
+        assert isinstance(trainer.run.engine, HostedEngines) and trainer.run.engine.ranks == 1  # in the actor's rank
         trainer.fit()
     finally:
         trainer.shutdown()
         ray.shutdown()
     placed = json.loads((out / "placement.json").read_text())
     assert {role: len(ranks) for role, ranks in placed.items()} == {"actor": 1, "critic": 1}
-    _check_run(out, trainer.model_path)
+    _check_run(out, trainer.run.model_path)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="missing wandb")

@@ -40,16 +40,17 @@ def _run(tmp_path, offload: str) -> dict:
     trainer = PPOTrainer(cfg)
     trainer.setup()
     try:
-        assert {r for r, g in trainer.workers.items() if g is not None} == {"actor", "critic", "ref"}
-        trainer.workers = {r: acc.group(r, g) for r, g in trainer.workers.items()}
+        assert {r for r, g in trainer.run.workers.items() if g is not None} == {"actor", "critic", "ref"}
+        trainer.run.workers = {r: acc.group(r, g) for r, g in trainer.run.workers.items()}
         # the engines live in the actor's ranks: their handle drives the accounted group, and is accounted itself
-        trainer.engine.rebind(trainer.workers["actor"])
-        trainer.engine = trainer.proxy.engine = trainer.val_proxy.engine = acc.engine(trainer.engine)
-        for group in trainer.workers.values():
+        trainer.run.engine.rebind(trainer.run.workers["actor"])
+        run = trainer.run
+        run.engine = run.proxy.engine = run.val_proxy.engine = acc.engine(run.engine)
+        for group in trainer.run.workers.values():
             group.inner.worker.state_offload().host_copies = True  # CPU: really move the storages
         metrics = [trainer.train_step() for _ in range(STEPS)]
-        weights = {r: _weights(trainer.workers[r].inner.worker) for r in ("actor", "critic")}
-        offloaded = {r: g.inner.worker.state_offload().offloaded for r, g in trainer.workers.items()}
+        weights = {r: _weights(trainer.run.workers[r].inner.worker) for r in ("actor", "critic")}
+        offloaded = {r: g.inner.worker.state_offload().offloaded for r, g in trainer.run.workers.items()}
     finally:
         trainer.shutdown()
     return {"acc": acc, "metrics": metrics, "weights": weights, "offloaded": offloaded}

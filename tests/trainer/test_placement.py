@@ -247,6 +247,27 @@ class Recorder:
         self.calls.append(f"wake{tuple(tags) if tags else ''}")
 
 
+class HostedRecorder(Recorder):
+    """A :class:`Recorder` hosted by an actor rank: the engine keeps its own sleep state
+    (``ragen.rollout.base.SleepState``), which decides what reaches its record, as in a real engine."""
+
+    def __init__(self, engine):
+        from ragen.rollout.base import SleepState
+
+        super().__init__(engine)
+        self.sleep_state = SleepState()
+
+    @property
+    def asleep(self):
+        return self.sleep_state.asleep
+
+    def sleep(self):
+        self.sleep_state.sleep(super().sleep)
+
+    def wake(self, tags=None):
+        self.sleep_state.wake(tags, super().wake)
+
+
 def test_wake_and_sync_order():
     rec = Recorder(SimpleNamespace(update_weights=lambda s: None))
     placement.wake_and_sync(rec, lambda: rec.update_weights({"w": 1}))
@@ -323,7 +344,7 @@ def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_p
     recorders = []
 
     def make(*args, **kwargs):
-        recorders.append(Recorder(real_make(*args, **kwargs)))
+        recorders.append(HostedRecorder(real_make(*args, **kwargs)))
         return recorders[-1]
 
     monkeypatch.setattr(ragen.rollout, "make_engine", make)
@@ -338,4 +359,4 @@ def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_p
         trainer.shutdown()
     calls = recorders[0].calls
     assert calls == ["generate", "sleep", "wake('weights',)", "update_weights", "wake('kv_cache',)"], calls
-    assert len(recorders) == 1 and isinstance(trainer.engine, HostedEngines)  # no engine in the driver
+    assert len(recorders) == 1 and isinstance(trainer.run.engine, HostedEngines)  # no engine in the driver

@@ -119,8 +119,8 @@ def test_kill_during_checkpoint_keeps_previous_and_val_only(tmp_path):
     try:
         trainer.fit()
         assert latest_checkpoint(out / "checkpoints").name == "global_step_1"
-        trainer.step = 2
-        critic = trainer.workers["critic"]
+        trainer.run.step = 2
+        critic = trainer.run.workers["critic"]
         real_call = critic.call
 
         def dying_call(method, *args, **kw):

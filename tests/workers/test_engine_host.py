@@ -11,7 +11,7 @@ import torch
 from factories import random_train_batch
 from worker_helpers import sharded_world_of_one
 
-from ragen.rollout.base import Sample, SamplingParams
+from ragen.rollout.base import Sample, SamplingParams, SleepState
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker, TrainBatch
 from ragen.workers.engine_host import EngineHost, EngineSpec, engine_kwargs_for
 
@@ -23,6 +23,7 @@ class LoggedEngine:
 
     def __init__(self, log: list, **kwargs):
         self.log, self.kwargs = log, kwargs
+        self.sleep_state = SleepState()
         log.append("engine")
         self.environ = {k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "RANK", "LOCAL_RANK")}
 
@@ -33,11 +34,15 @@ class LoggedEngine:
     def update_weights(self, items):
         self.log.append(("update_weights", [name for name, _ in items]))
 
-    def sleep(self):
-        self.log.append("engine.sleep")
+    @property
+    def asleep(self):
+        return self.sleep_state.asleep
+
+    def sleep(self):  # the engine's own sleep state (ragen.rollout.base) decides what reaches the log
+        self.sleep_state.sleep(lambda: self.log.append("engine.sleep"))
 
     def wake(self, tags=None):
-        self.log.append(("engine.wake", tags))
+        self.sleep_state.wake(tags, lambda parts: self.log.append(("engine.wake", parts)))
 
 
 def _batch() -> TrainBatch:
@@ -168,3 +173,35 @@ def test_one_hosting_rank_samples_what_the_driver_engine_sampled(model_dir):
         assert [s.finish_reason for s in got] == [s.finish_reason for s in want]
     with pytest.raises(TypeError, match="from the actor's ranks"):
         hosted.update_weights({})
+
+
+def test_engines_keep_their_own_sleep_state(model_dir):
+    """The engine records what is asleep (``ragen.rollout.base.SleepState``), so the host, the driver's handle and
+    restarts ask it: the hf engine in the driver, the OpenAI engine (recorded only) and the hosted ones."""
+    from ragen.rollout.hf import HFEngine
+    from ragen.rollout.openai_engine import OpenAIEngine
+    from ragen.trainer import placement
+    from ragen.trainer.hosted import HostedEngines
+
+    group = _hosted(model_dir, "float32")
+    engine = HFEngine(model_dir, group.worker.engine_host.engine.tokenizer, dtype="float32")
+    assert engine.asleep == frozenset()  # built awake
+    engine.sleep()
+    assert engine.asleep == {"weights", "kv_cache"}
+    engine.wake(("weights",))
+    assert engine.asleep == {"kv_cache"}
+    with pytest.raises(ValueError, match="unknown engine parts"):
+        engine.wake(("cache",))
+    engine.wake(None)
+    assert engine.asleep == frozenset()
+    served = OpenAIEngine("m", transport=lambda *a: None)
+    served.sleep()
+    assert served.asleep == {"weights", "kv_cache"}
+
+    hosted = HostedEngines(group)
+    assert hosted.asleep == {"weights", "kv_cache"} == group.worker.engine_host.engine.asleep  # asleep when built
+    placement.wake_and_sync(hosted, hosted.sync_weights)
+    assert hosted.asleep == frozenset() == group.worker.engine_host.engine.asleep
+    hosted.sleep()
+    hosted.wake(("weights",))
+    assert hosted.asleep == {"kv_cache"} == group.worker.engine_host.engine.asleep

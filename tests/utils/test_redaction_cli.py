@@ -173,17 +173,20 @@ def test_worker_output_goes_through_the_redacting_pipe(tmp_path):
 
 
 def test_archer_plot_title_is_redacted(tmp_path, monkeypatch):
-    """The learning curve's title is drawn into the PNG (pixels no byte grep finds): the ArCHer trainer redacts it
-    like the PPO trainer."""
+    """The learning curve's title is drawn into the PNG (pixels no byte grep finds): the run both trainers plot
+    through (``Run.plot``, which the ArCHer trainer calls) redacts it."""
+    import inspect
     from types import SimpleNamespace
 
     import ragen.utils.plotting as plotting
     from ragen.archer.trainer import ArcherTrainer
+    from ragen.trainer.run import Run
 
+    assert "self.run.plot()" in inspect.getsource(ArcherTrainer)
     titles = []
     monkeypatch.setattr(plotting, "plot_learning_curves", lambda records, path, title="": titles.append(title))
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    stub = SimpleNamespace(history=[], run_dir=tmp_path,
+    stub = SimpleNamespace(history=[], dir=tmp_path,
                            cfg=SimpleNamespace(trainer=SimpleNamespace(experiment_name=f"exp-{SECRET}")))
-    ArcherTrainer.plot(stub)
+    Run.plot(stub)
     assert titles == ["exp-<redacted:HF_TOKEN>"]

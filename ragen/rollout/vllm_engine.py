@@ -259,6 +259,11 @@ class VLLMEngine:
         """The parts (``ENGINE_PARTS``) asleep now."""
         return self.sleep_state.asleep
 
+    def asleep_parts(self) -> frozenset[str]:
+        """``asleep`` as a method: what a Ray actor handle can call (``RemoteEngine.asleep`` of the separate
+        placement asks the engine through it)."""
+        return self.asleep
+
     def sleep(self) -> None:
         """Offload weights and drop the KV cache (vLLM sleep level 1); no memory moves without
         ``enable_sleep_mode``. Asleep already: nothing happens."""

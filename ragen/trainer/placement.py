@@ -139,6 +139,11 @@ class RemoteEngine:
 
         return remote_get(ref, "rollout engine", method, self.timeout_s)
 
+    @property
+    def asleep(self) -> frozenset[str]:
+        """The parts asleep, as the engine in the actor records them (its ``asleep_parts``)."""
+        return self._wait(self.actor.asleep_parts.remote(), "asleep_parts")
+
     def generate(self, prompt_token_ids: list[list[int]], sampling: Any) -> list[Any]:
         return self._wait(self.actor.generate.remote(prompt_token_ids, sampling), "generate")
 

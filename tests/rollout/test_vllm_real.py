@@ -156,3 +156,29 @@ def test_update_weights_follows_new_weights_and_resets_prefix_cache(engines):
     restored = vllm_engine.generate([prompt], greedy)[0]
     assert restored.token_ids == before.token_ids
     assert restored.log_probs == pytest.approx(before.log_probs, abs=LOGPROB_ATOL)
+
+
+def test_a_remote_handle_reports_the_engines_own_sleep_state(engines):
+    """The separate placement's ``RemoteEngine`` asks the engine in the actor what is asleep (here the actor handle
+    calls the real engine in this process)."""
+    from types import SimpleNamespace
+
+    from ragen.rollout.base import ENGINE_PARTS
+    from ragen.trainer.placement import RemoteEngine
+
+    vllm_engine = engines[0]
+
+    class InProcessActor:  # method.remote(*args) runs the method now and returns its result as the "ref"
+        def __getattr__(self, method):
+            return SimpleNamespace(remote=lambda *args: getattr(vllm_engine, method)(*args))
+
+    remote = RemoteEngine(InProcessActor(), get=lambda ref: ref)
+    assert remote.asleep == frozenset()
+    try:
+        remote.sleep()
+        assert remote.asleep == frozenset(ENGINE_PARTS)
+        remote.wake(("weights",))
+        assert remote.asleep == frozenset(ENGINE_PARTS) - {"weights"}
+    finally:
+        remote.wake()
+    assert remote.asleep == frozenset()

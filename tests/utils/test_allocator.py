@@ -8,20 +8,14 @@ import subprocess
 import sys
 
 import pytest
+from mallinfo_probe import MMAP_BLOCK_PROBE
 
 # mallinfo2().hblks counts the blocks glibc currently serves with their own mmap; a 100 MiB bytearray is one such
 # block under glibc's defaults (threshold at most 32 MiB) and none once tune_process raised the threshold to 1 GiB.
 PROBE = """
 import ctypes, ragen.allocator
 {setup}
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = MallInfo2
-before = libc.mallinfo2().hblks
-block = bytearray(100 * 2**20)
-print(ragen.allocator.ALLOCATOR_TUNED, libc.mallinfo2().hblks - before)
+""" + MMAP_BLOCK_PROBE + """print(ragen.allocator.ALLOCATOR_TUNED, libc.mallinfo2().hblks - before)
 """
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc mallopt is Linux-only")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from mallinfo_probe import MMAP_BLOCK_PROBE
 
 from ragen.trainer import builders
 from ragen.trainer.compose import load_train_config
@@ -30,14 +31,7 @@ try:
 {body}
 except SystemExit:
     pass
-class MallInfo2(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_size_t) for n in
-                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
-libc = ctypes.CDLL("libc.so.6")
-libc.mallinfo2.restype = MallInfo2
-before = libc.mallinfo2().hblks
-block = bytearray(100 * 2**20)
-print("PROBE", seen[0] if seen else "torch-not-imported", libc.mallinfo2().hblks - before)
+""" + MMAP_BLOCK_PROBE + """print("PROBE", seen[0] if seen else "torch-not-imported", libc.mallinfo2().hblks - before)
 """
 
 # (argv, the program's start as its launcher runs it)

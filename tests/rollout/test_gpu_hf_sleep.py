@@ -5,6 +5,8 @@ the ``cuda`` twin checks the device memory is given back and the samples are unc
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -67,9 +69,14 @@ def test_hf_engine_wakes_its_weights_for_the_weights_tag_only(tokenizer_dir, dev
         engine.wake(None)
         assert engine.model.lm_head.weight.data_ptr() == ptr
         return
+    # the drop, not the level: earlier tests of the same process may still hold device memory of their own
+    weights = sum(t.numel() * t.element_size() for t in {id(t): t for t in
+                  [*engine.model.parameters(), *engine.model.buffers()]}.values())
+    gc.collect()
     allocated = torch.cuda.memory_allocated()
     engine.sleep()
-    assert torch.cuda.memory_allocated() < allocated / 2
+    assert allocated - torch.cuda.memory_allocated() >= 0.99 * weights
+    assert all(t.device.type == "cpu" for t in [*engine.model.parameters(), *engine.model.buffers()])
     assert all(b.is_pinned() for b in engine._offload.host.values())
     engine.wake(("kv_cache",))  # the KV cache is built per call: the weights stay on the host
     assert engine.model.lm_head.weight.device.type == "cpu"
@@ -77,4 +84,4 @@ def test_hf_engine_wakes_its_weights_for_the_weights_tag_only(tokenizer_dir, dev
     assert engine.model.lm_head.weight.device.type == "cuda"
     got = engine.generate(prompts, sampling)
     assert [s.token_ids for s in got] == [s.token_ids for s in want]
-    assert [s.log_probs for s in got] == pytest.approx([s.log_probs for s in want])
+    assert [lp for s in got for lp in s.log_probs] == pytest.approx([lp for s in want for lp in s.log_probs])

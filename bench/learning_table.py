@@ -111,7 +111,7 @@ CLAIMS = (
 # ----------------------------------------------------------------------------------------------- bounds
 def _compose(method: Method, panel: tuple[str, ...]):
     sys.path.insert(0, str(ROOT))
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     return load_train_config(method.config, [*method.overrides, *panel])
 

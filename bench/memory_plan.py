@@ -1,4 +1,4 @@
-"""The memory plan's update terms (``ragen.trainer.memory_plan``) against measured peaks on this CPU.
+"""The memory plan's update terms (``ragen.trainer.config.memory_plan``) against measured peaks on this CPU.
 
     python bench/memory_plan.py            # every case, one fresh process at a time (each stays under ~4 GB)
     python bench/memory_plan.py --case smollm-2x512      # one case
@@ -87,7 +87,7 @@ def predict(result: dict, rows: int, seq_len: int, checkpointing: bool) -> dict[
     from types import SimpleNamespace
 
     from ragen.models.shape import model_shape
-    from ragen.trainer import memory_plan as M
+    from ragen.trainer.config import memory_plan as M
 
     shape = model_shape(SimpleNamespace(**result["config"]))
     cb = 2 if result["precision"] == "bf16" else 4
@@ -127,7 +127,7 @@ def main() -> None:
 
 def _slopes(results: dict) -> None:
     """The calibration: per-case differences that cancel what no term models."""
-    from ragen.trainer import memory_plan as M
+    from ragen.trainer.config import memory_plan as M
 
     if {"tiny-4x256", "tiny-4x512"} <= set(results):
         entries = 4 * 128 * results["tiny-4x512"]["config"]["vocab_size"]  # 512 more selected tokens

@@ -61,7 +61,7 @@ def measure(fn) -> dict[str, float]:
 
 def model_folder(name: str) -> tuple[str, Any]:
     from ragen.trainer.builders import prepare_model
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     overrides = ["model=tiny"] if name == "tiny" else [f"model.path={name}"]
     return prepare_model(load_train_config("base", overrides))

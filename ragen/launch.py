@@ -4,7 +4,8 @@
 ``ragen.algorithms``), ``archer`` | ``chai`` | ``filtered_bc`` the ArCHer family (``ragen.archer``). This module
 sits above both, so neither trainer imports the other: :func:`validate` and :func:`run` dispatch on the name, and
 ``python -m ragen.train`` hands an ArCHer-family config to the ArCHer trainer. The commands (``ragen.cli``) call
-:func:`cli_main`; Python code calls :func:`run` on a ``TrainConfig`` (``ragen.trainer.compose.load_train_config``).
+:func:`cli_main`; Python code calls :func:`run` on a ``TrainConfig``
+(``ragen.trainer.config.compose.load_train_config``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config.schema import TrainConfig
 from ragen.utils import console
 
 # The trainers (torch, Ray, the envs) are imported when a job needs them, so importing this module stays light.
@@ -21,11 +22,11 @@ from ragen.utils import console
 
 def validate(cfg: TrainConfig) -> None:
     """Raise ``ConfigError`` listing every problem of ``cfg`` (nothing is started before this passes): the checks of
-    its family (``ragen.trainer.preflight.preflight``; the PPO family's, ``ragen.trainer.validate``, or the ArCHer
-    family's, ``ragen.archer.main``, by ``algorithm.name``)."""
+    its family (``ragen.trainer.config.preflight.preflight``; the PPO family's, ``ragen.trainer.config.ppo_checks``, or
+    the ArCHer family's, ``ragen.archer.main``, by ``algorithm.name``)."""
     import ragen.archer.main  # noqa: F401  (registers the ArCHer family's checks)
-    import ragen.trainer.validate  # noqa: F401  (registers the PPO family's checks)
-    from ragen.trainer.preflight import preflight
+    import ragen.trainer.config.ppo_checks  # noqa: F401  (registers the PPO family's checks)
+    from ragen.trainer.config.preflight import preflight
 
     preflight(cfg)
 
@@ -35,14 +36,14 @@ def run(cfg: TrainConfig) -> dict[str, float]:
 
     Returns the final metrics. Workers, Ray (when this call started it) and loggers are shut down even on
     errors. ``algorithm.name`` archer / chai / filtered_bc runs the ArCHer family's trainer
-    (``ragen.archer.main.run``), ppo the PPO trainer (``ragen.trainer.ppo_trainer.run``). ``trainer.dry_run``:
-    print the plan (``ragen.trainer.plan``) and return {}.
+    (``ragen.archer.main.run``), ppo the PPO trainer (``ragen.ppo.trainer.run``). ``trainer.dry_run``:
+    print the plan (``ragen.trainer.dry_run``) and return {}.
     """
     from ragen.plugins import load_plugins
 
     load_plugins(cfg.imports)  # a config built in Python (not composed from the command line) names its plugins here
     if cfg.trainer.dry_run:
-        from ragen.trainer.plan import dry_run
+        from ragen.trainer.dry_run import dry_run
 
         console.say(dry_run(cfg, validate))
         return {}
@@ -50,7 +51,7 @@ def run(cfg: TrainConfig) -> dict[str, float]:
         from ragen.archer.main import run as run_archer
 
         return run_archer(cfg)
-    from ragen.trainer.ppo_trainer import run as run_ppo
+    from ragen.ppo.trainer import run as run_ppo
 
     return run_ppo(cfg)
 
@@ -97,17 +98,17 @@ def cli_main(cfg: Any, check: Callable[[TrainConfig], None], label: str = "done"
              transform: Callable[[TrainConfig], TrainConfig] | None = None) -> dict[str, float]:
     """The body of a Hydra entry point: build the frozen config (then ``transform`` it, e.g. ``ragen sft``'s
     warm-start-only job, ``ragen.trainer.warm_start.sft_config``), ``check`` it and run the pre-start checks
-    (``ragen.trainer.prestart``: the model loads, the output folder holds no run with another config); a
+    (``ragen.trainer.config.resource_checks``: the model loads, the output folder holds no run with another config); a
     ``ConfigError`` exits with status 2 and one line per
     problem, before anything is written or started. ``trainer.dry_run``: print the plan and return {} (exit 0).
     Else :func:`run_cli`."""
     import sys
 
-    from ragen.trainer.compose import to_train_config
-    from ragen.trainer.config import ConfigError
-    from ragen.trainer.inert import command_line_keys, explicit_keys
-    from ragen.trainer.plan import dry_run
-    from ragen.trainer.prestart import check_before_start
+    from ragen.trainer.config.compose import to_train_config
+    from ragen.trainer.config.resource_checks import check_before_start
+    from ragen.trainer.config.schema import ConfigError
+    from ragen.trainer.config.unread_keys import command_line_keys, explicit_keys
+    from ragen.trainer.dry_run import dry_run
     from ragen.utils.interrupts import signals_stop_the_run
 
     try:

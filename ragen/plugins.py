@@ -1,7 +1,7 @@
 """Your own envs and advantage estimators, found without editing ragen: entry points and the ``imports`` key.
 
 Two ways in, both loaded by :func:`load_plugins` before Hydra composes the config (the trainer's entry points call
-it through ``ragen.trainer.compose.prepare_composition``) and again in every Ray worker process (Ray runs
+it through ``ragen.trainer.config.compose.prepare_composition``) and again in every Ray worker process (Ray runs
 :func:`load_plugins_from_environ` as the workers' setup hook; ``ragen.trainer.builders.start_ray``):
 
 * an installed package declares entry points in the groups ``ragen.envs`` / ``ragen.estimators``. An entry point's

@@ -1,7 +1,7 @@
 """``python -m ragen.train [--config-name NAME] [--check] [key=value ...]`` = ``ragen train`` (``ragen.cli.train``).
 
-Configs come from ``ragen.trainer.compose.config_dir()`` (``$RAGEN_CONFIG_DIR``, the checkout's ``config/`` or the
-installed copy); ``--help`` lists them, ``--check`` prints the plan without starting anything, ``--cfg job`` prints
+Configs come from ``ragen.trainer.config.compose.config_dir()`` (``$RAGEN_CONFIG_DIR``, the checkout's ``config/`` or
+the installed copy); ``--help`` lists them, ``--check`` prints the plan without starting anything, ``--cfg job`` prints
 the composed config (``--resolve`` resolves its interpolations). A config error exits with status 2 and one line
 per problem.
 """

@@ -76,7 +76,7 @@ def _comment(rest: str) -> str:
 
 
 def _defaults() -> dict[str, object]:
-    from ragen.trainer.config import NESTED, SECTIONS, default_section_values
+    from ragen.trainer.config.schema import NESTED, SECTIONS, default_section_values
 
     out = {}
     for name, cls in SECTIONS.items():
@@ -101,7 +101,7 @@ def _cell(text: str) -> str:
 
 
 def _values(values: list) -> str:
-    from ragen.trainer.inert import show
+    from ragen.trainer.config.unread_keys import show
 
     return ", ".join("the other value" if repr(v) == "flip" else show(v) for v in values)
 
@@ -122,7 +122,7 @@ def _shown(context: tuple[str, ...], hidden: tuple[str, ...], named: dict[str, t
 def _phrases(row, model, runner, default, hidden: tuple[str, ...], named: dict) -> list[str]:
     """The effect column of a row: one phrase per group of alike cases (the value walked from when the context's
     differs from the default)."""
-    from ragen.trainer.inert import show
+    from ragen.trainer.config.unread_keys import show
 
     groups: dict[tuple, list] = defaultdict(list)
     live = [c for c in row.cases if c.expect == "live"]
@@ -199,7 +199,7 @@ def _category(row) -> str:
 
 def render() -> str:
     """The reference as markdown (deterministic: the same table and configs give the same text)."""
-    from ragen.trainer.inert import show
+    from ragen.trainer.config.unread_keys import show
 
     table, model, runner, env_rows = _liveness()
     import liveness_table

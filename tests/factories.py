@@ -112,7 +112,7 @@ def random_train_batch(B: int = 4, T: int = 24, seed: int = 0, draw: Sequence[st
 
 def padding_train_batch(B: int, T: int, **fields: torch.Tensor) -> TrainBatch:
     """B rows that hold no token but a first pad (attention 1 there, no response token): the rows the ``turn``
-    layout pads a batch with (``ragen.trainer.turn_layout.pad_rows``)."""
+    layout pads a batch with (``ragen.trainer.layout.pad_rows``)."""
     attn = torch.zeros(B, T, dtype=torch.long)
     attn[:, 0] = 1
     return TrainBatch(torch.zeros(B, T, dtype=torch.long), attn, torch.zeros(B, T, dtype=torch.long), **fields)

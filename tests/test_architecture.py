@@ -36,9 +36,10 @@ def _lint_imports(cwd: Path, *args: str, env: dict[str, str] | None = None) -> s
 
 
 def test_import_contracts_are_kept():
-    """pyproject.toml's contracts: ragen's packages are layered, the shared run layer does not import the PPO
-    family's modules, no package or module circles at any depth, ragen does not import ragen_external. A broken
-    contract prints each offending import with its line."""
+    """pyproject.toml's contracts: ragen's packages are layered (the run layer ``ragen.trainer`` below both algorithm
+    families, ``ragen.ppo`` and ``ragen.archer``), the config package imports nothing that starts or runs anything,
+    no package or module circles at any depth, ragen does not import ragen_external. A broken contract prints each
+    offending import with its line."""
     proc = _lint_imports(ROOT)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "Contracts: 4 kept, 0 broken." in proc.stdout, proc.stdout[-3000:]

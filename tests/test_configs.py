@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from ragen.launch import validate
-from ragen.trainer.compose import compose, config_dir, to_train_config
-from ragen.trainer.config import SECTIONS, ConfigError, TrainConfig, default_section_values
-from ragen.trainer.validate import STEP_SPLIT_ESTIMATORS
+from ragen.trainer.config.compose import compose, config_dir, to_train_config
+from ragen.trainer.config.ppo_checks import STEP_SPLIT_ESTIMATORS
+from ragen.trainer.config.schema import SECTIONS, ConfigError, TrainConfig, default_section_values
 
 CONFIG = config_dir()
 GAME = "env.config.game_path=/data/games/detective.z5"  # text_adventure's required file (never opened)
@@ -162,7 +162,7 @@ def test_nested_sections_are_built_and_type_checked_by_key():
 def test_config_dir_prefers_the_variable_then_the_checkout_then_the_installed_copy(tmp_path, monkeypatch):
     """``$RAGEN_CONFIG_DIR``, else the checkout's config/ (next to the ragen package), else the copy a wheel
     installs as the package ``ragen_config``: an installed ragen finds its configs outside any checkout."""
-    from ragen.trainer import compose as C
+    from ragen.trainer.config import compose as C
 
     own = tmp_path / "mine"
     own.mkdir()
@@ -170,7 +170,7 @@ def test_config_dir_prefers_the_variable_then_the_checkout_then_the_installed_co
     monkeypatch.setenv("RAGEN_CONFIG_DIR", str(own))
     assert C.config_dir() == own.resolve()
     monkeypatch.delenv("RAGEN_CONFIG_DIR")
-    assert C.config_dir() == Path(C.__file__).resolve().parents[2] / "config" == CONFIG
+    assert C.config_dir() == Path(C.__file__).resolve().parents[3] / "config" == CONFIG
     installed = tmp_path / "site" / "ragen_config"
     installed.mkdir(parents=True)
     (installed / "base.yaml").write_text("")

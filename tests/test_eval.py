@@ -181,7 +181,7 @@ def test_resolve_alias_and_openai(monkeypatch):
 @pytest.fixture(scope="module")
 def tiny_folder() -> str:
     from ragen.trainer.builders import prepare_model
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     path, _ = prepare_model(load_train_config("base", ["model=tiny"]))
     return path
@@ -334,7 +334,7 @@ def test_run_folder_plays_with_the_config_it_was_trained_with(tiny_folder, tmp_p
     import dataclasses
     import shutil
 
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     run = tmp_path / "run"
     trained = load_train_config("ppo_multi_turn", ["model=tiny", "agent.max_new_tokens=12"])

@@ -3,7 +3,7 @@
 import torch
 from factories import padding_train_batch, prompt_response, random_rollout, rollout_batch, train_batch
 
-from ragen.trainer.turn_layout import pad_rows
+from ragen.trainer.layout import pad_rows
 
 
 def test_segments_make_right_padded_rows():

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragen.launch import validate
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("learning_table", ROOT / "bench" / "learning_table.py")

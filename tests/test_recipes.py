@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from ragen.launch import validate
-from ragen.trainer.compose import compose, config_dir, load_train_config, to_train_config
-from ragen.trainer.config import SECTIONS, ConfigError, default_section_values
-from ragen.trainer.derived import train_batch_size, world_size
-from ragen.trainer.prestart import flatten as flat
+from ragen.trainer.config.compose import compose, config_dir, load_train_config, to_train_config
+from ragen.trainer.config.resource_checks import flatten as flat
+from ragen.trainer.config.run_shape import train_batch_size, world_size
+from ragen.trainer.config.schema import SECTIONS, ConfigError, default_section_values
 
 CONFIG = config_dir()
 ROOT = CONFIG.parent
@@ -188,7 +188,7 @@ def test_archer_gpu_recipe_is_the_reference_loop():
 
 def _env_file(name: str) -> dict:
     """The env section ``config/env/<name>.yaml`` composes to (a variant merged over its env's file)."""
-    from ragen.trainer.env_mix import _env_file as composed_env_file
+    from ragen.trainer.config.env_mix import _env_file as composed_env_file
 
     return composed_env_file(name)
 

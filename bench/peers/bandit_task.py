@@ -44,7 +44,7 @@ class BanditTask:
 
     def __init__(self, overrides: list[str], config_name: str = "ppo_bandit") -> None:
         from ragen.trainer.builders import build_proxies, prepare_model
-        from ragen.trainer.compose import load_train_config
+        from ragen.trainer.config.compose import load_train_config
 
         self.cfg = load_train_config(config_name, list(overrides))
         self.model_path, self.tokenizer = prepare_model(self.cfg)

@@ -40,7 +40,7 @@ class AdvantageInputs:
         by ``max_turn`` (the prompt tells the agent how many turns are left), are terminal: next value 0.
       bootstrap_values: float, V of the state that followed the row's last response: the episode's next
         generation prompt cut to the length budget, evaluated by the critic on its own (no position of ``values``
-        holds it; ``ragen.trainer.bootstrap``). Read only for truncated rows.
+        holds it; ``ragen.ppo.truncation``). Read only for truncated rows.
       failed: bool, the episode's env raised (its row is masked out): excluded from group statistics.
       outcome_rewards: float outcome reward R^O (ms_grpo / ms_po).
     Per turn:
@@ -93,7 +93,7 @@ class AdvantageInputs:
             if self.bootstrap_values is None:
                 raise ValueError(
                     "AdvantageInputs.bootstrap_values is None but some rows are truncated: pass the critic's value "
-                    "of each truncated episode's next generation prompt (ragen.trainer.bootstrap.bootstrap_values)"
+                    "of each truncated episode's next generation prompt (ragen.ppo.truncation.bootstrap_values)"
                 )
         _check_row_tensors(self, needs)
         _check_turn_contract(self.turn_ids, self.response_mask)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-import ragen.trainer.checks  # noqa: F401  (registers the checks both families share)
+import ragen.trainer.config.shared_checks  # noqa: F401  (registers the checks both families share)
 from ragen.archer.dialogues import dialogue_problems
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.config_archer import ALGORITHMS, ArcherSection, critic_problems, uses_critic
-from ragen.trainer.derived import world_size
+from ragen.trainer.config.archer_schema import ALGORITHMS, ArcherSection, critic_problems, uses_critic
+from ragen.trainer.config.preflight import preflight, register, register_family
+from ragen.trainer.config.run_shape import world_size
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.layout import layout_of
-from ragen.trainer.preflight import preflight, register, register_family
 
 register_family("archer", ALGORITHMS)
 
@@ -71,8 +71,8 @@ def _rollout_correction_problems(cfg: TrainConfig) -> list[str]:
 
 
 def validate_archer(cfg: TrainConfig) -> None:
-    """The registered checks of the ``archer`` family (``ragen.trainer.preflight``: the checks both families share,
-    ``ragen.trainer.checks``, plus :func:`check_archer`); raises one ConfigError."""
+    """The registered checks of the ``archer`` family (``ragen.trainer.config.preflight``: the checks both families
+    share, ``ragen.trainer.config.shared_checks``, plus :func:`check_archer`); raises one ConfigError."""
     preflight(cfg, "archer")
 
 

@@ -51,15 +51,16 @@ from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.transitions import policy_batch, transitions_from_batch
 from ragen.archer.workers import ArcherPolicyWorker
 from ragen.rollout.base import SamplingParams
-from ragen.trainer import builders, numerics, phases, turn_layout
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.config_archer import uses_critic
-from ragen.trainer.derived import actor_worker_config, world_size
+from ragen.trainer import builders, layout, numerics
+from ragen.trainer.config.archer_schema import uses_critic
+from ragen.trainer.config.run_shape import actor_worker_config, world_size
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.run import Run
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
 from ragen.utils.memory import release_free_memory
 from ragen.utils.timing import timed
+from ragen.utils.tracking import write_jsonl
 
 
 def critic_settings(cfg: TrainConfig) -> CriticSettings:
@@ -304,7 +305,7 @@ class ArcherTrainer:
 
     def row_multiple(self) -> int:
         """Rows of a turn-layout batch must divide into the actor's mini-batches and ranks (warm start's BC)."""
-        return turn_layout.row_multiple(self.cfg.actor.mini_batch_size, world_size(self.cfg, "actor"))
+        return layout.row_multiple(self.cfg.actor.mini_batch_size, world_size(self.cfg, "actor"))
 
     def _rollout_metrics(self, records: list[Transition], rewards: list[float]) -> dict[str, float]:
         r = torch.tensor(rewards or [0.0])
@@ -321,7 +322,7 @@ class ArcherTrainer:
         with rng_preserved(), timed("validation", t):
             batch = self.run.val_proxy.rollout("val", responder=responder)
             self._free_engine_memory()
-        phases.write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl",
+        write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl",
                            episode_records(batch))
         _, rewards = transitions_from_batch(batch, self._decode, self.cfg.archer.gamma)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}

@@ -41,7 +41,7 @@ RUN_OUTPUTS = """outputs: trainer.output_dir (base: runs/<env>_<estimator>) gets
 def help_text(cmd: HydraCommand, prog: str) -> str:
     """The help of ``cmd`` as invoked by ``prog`` (``ragen train``, ``python -m ragen.train``...)."""
     from ragen.cli.overrides import config_options
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.config.compose import config_dir
 
     opts = config_options()
     examples = []

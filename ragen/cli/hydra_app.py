@@ -5,11 +5,11 @@ that keeps Hydra's whole command line (``key=value``, ``group=choice``, ``+key=v
 ``--config-name``, ``--cfg job [--resolve]``, ``-m``, ``--hydra-help``...) and first:
 
 1. answers ``-h`` / ``--help`` with the command's own help (``ragen.cli.help``), not Hydra's config dump;
-2. turns ``--check`` into ``trainer.dry_run=true`` (``ragen.trainer.plan``: check everything, print the plan);
+2. turns ``--check`` into ``trainer.dry_run=true`` (``ragen.trainer.dry_run``: check everything, print the plan);
 3. checks the overrides and the config name (``ragen.cli.overrides``): a misspelled key or choice exits with
    status 2 and "did you mean <closest>", one line per problem, before Hydra's own message;
 4. hands ``algorithm.estimator_args.<name>=value`` to Hydra as ``++...`` (the entry is added; the estimator's
-   signature checks the name: ``ragen.trainer.compose.open_mapping_overrides``).
+   signature checks the name: ``ragen.trainer.config.compose.open_mapping_overrides``).
 
 Hydra then composes the config and calls the command's ``task`` (``ragen.launch.cli_main``: validation and
 the pre-start checks, then the run, or the plan for a dry run).
@@ -31,8 +31,8 @@ def main(cmd: HydraCommand, argv: list[str] | None = None, prog: str | None = No
     2 for a config problem, 1 for a Hydra error)."""
     import hydra
 
-    from ragen.trainer.compose import config_dir, open_mapping_overrides
-    from ragen.trainer.config import ConfigError
+    from ragen.trainer.config.compose import config_dir, open_mapping_overrides
+    from ragen.trainer.config.schema import ConfigError
 
     args = open_mapping_overrides(sys.argv[1:] if argv is None else argv)  # algorithm.estimator_args.<name>=v adds
     prog = prog or f"ragen {cmd.name}"
@@ -70,10 +70,10 @@ def main(cmd: HydraCommand, argv: list[str] | None = None, prog: str | None = No
 def _before_compose(args: list[str], config_name: str) -> None:
     """Runs before anything reads the config folder (help, override checks, Hydra's composition), with the
     command line: loads the env / estimator plugins (the ``ragen.envs`` / ``ragen.estimators`` entry points and the
-    modules of ``imports``, ``ragen.trainer.compose.prepare_from_argv``), whose config nodes Hydra must find. A plugin
-    that fails to import exits with status 2 and its message, as a config error does."""
+    modules of ``imports``, ``ragen.trainer.config.compose.prepare_from_argv``), whose config nodes Hydra must find. A
+    plugin that fails to import exits with status 2 and its message, as a config error does."""
     from ragen.plugins import PluginError
-    from ragen.trainer.compose import prepare_from_argv
+    from ragen.trainer.config.compose import prepare_from_argv
 
     try:  # the ragen flags (help, --check) are not Hydra's: its parser would print a usage error for them
         prepare_from_argv(config_name, [a for a in args if a not in ("-h", "--help", "--check")])

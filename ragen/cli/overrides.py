@@ -47,7 +47,7 @@ def override_problems(config_name: str, overrides: list[str]) -> list[str]:
     (a syntax error: its own message is clearer than a guess)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from ragen.trainer.compose import open_mapping_overrides
+    from ragen.trainer.config.compose import open_mapping_overrides
 
     try:  # an open mapping's new entry (algorithm.estimator_args.<name>=v) is an add, checked by its estimator
         parsed = [o for o in OverridesParser.create().parse_overrides(open_mapping_overrides(overrides))
@@ -79,7 +79,7 @@ def override_problems(config_name: str, overrides: list[str]) -> list[str]:
     if not values:
         return problems
     try:
-        from ragen.trainer.compose import compose
+        from ragen.trainer.config.compose import compose
 
         cfg = compose(config_name, keep)
     except Exception:  # noqa: BLE001 - the config itself does not compose: Hydra's message says why
@@ -133,7 +133,7 @@ def _loader() -> Iterator[Any]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.config.compose import config_dir
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):

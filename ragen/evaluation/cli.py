@@ -14,7 +14,7 @@ from typing import Any
 from ragen.evaluation.models import ModelArgError, ModelSpec, resolve_model_args
 from ragen.evaluation.report import build_report, env_report, format_table, write_json
 from ragen.evaluation.runner import build_model, describe_env, env_config, evaluate_env, release_memory, saved_config
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 
 EXAMPLES = """examples:
   python -m ragen.eval runs/bandit_gae --env bandit --n 200

@@ -18,7 +18,7 @@ from typing import Any
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch
 from ragen.evaluation.models import ModelSpec
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class EpisodeResult:
 def env_names_available() -> list[str]:
     """Env config names under ``config/env/`` and the plugin envs loaded so far (what ``--env`` accepts)."""
     import ragen.env
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.config.compose import config_dir
 
     return sorted({p.stem for p in (config_dir() / "env").glob("*.yaml")} | set(ragen.env.plugin_names()))
 
@@ -58,15 +58,15 @@ def env_config(config_name: str, overrides: list[str], env: str | None) -> Train
     """The composed config ``config_name`` + ``overrides`` with ``env=<env>`` (None: the config's own env).
 
     Raises ``ConfigError`` naming the problem: an unknown env (listing ``config/env/``), an unknown config name,
-    a malformed override, an env config the env rejects (``ragen.trainer.checks.check_env``), agent settings
-    ``AgentConfig`` rejects.
+    a malformed override, an env config the env rejects (``ragen.trainer.config.shared_checks.check_env``), agent
+    settings ``AgentConfig`` rejects.
     """
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from ragen.plugins import PluginError
-    from ragen.trainer.checks import check_env
-    from ragen.trainer.compose import config_dir, load_train_config, prepare_composition
+    from ragen.trainer.config.compose import config_dir, load_train_config, prepare_composition
+    from ragen.trainer.config.shared_checks import check_env
 
     try:  # plugin envs (entry points, imports=[...] among the overrides) before --env is checked
         prepare_composition(config_name, overrides)
@@ -100,8 +100,8 @@ def saved_config(path: str, overrides: list[str], env: str | None) -> TrainConfi
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from ragen.trainer.checks import check_env
-    from ragen.trainer.config import build_config
+    from ragen.trainer.config.schema import build_config
+    from ragen.trainer.config.shared_checks import check_env
 
     raw = json.loads(Path(path).read_text())
     if env is not None:

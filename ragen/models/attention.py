@@ -39,7 +39,7 @@ def resolve_attn_implementation(setting: str, device: torch.device | str, mixed_
                                 ) -> tuple[str, str]:
     """(the implementation ``setting`` means for a model computing on ``device`` under ``mixed_precision``, a
     one-line reason). ``auto``: see the module docstring; explicit values pass through unchanged (the config
-    checks refuse ``flash_attention_2`` where it cannot run: ``ragen.trainer.checks.check_attention``)."""
+    checks refuse ``flash_attention_2`` where it cannot run: ``ragen.trainer.config.shared_checks.check_attention``)."""
     if setting not in ATTN_IMPLEMENTATIONS:
         raise ValueError(f"model.attn_implementation={setting!r} is unknown; use one of {ATTN_IMPLEMENTATIONS}")
     if setting != "auto":

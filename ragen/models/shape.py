@@ -6,7 +6,7 @@ layer (attention with grouped key/value heads, the gated MLP's three matrices, t
 query/key norms), the final norm and an output head unless it is tied to the embedding. The count equals the
 ``numel`` sum of the model transformers builds from the same config (tests/models/test_shape.py checks Qwen2, Qwen3
 and Llama shapes on the meta device). Read by the model summary of the pre-start checks and by the memory plan
-(``ragen.trainer.memory_plan``).
+(``ragen.trainer.config.memory_plan``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Engine registry: one :class:`EngineEntry` per engine says everything the run layer needs to know about it.
 
 ``make_engine(name, **kwargs)`` builds one; backends are imported only when selected (vLLM needs its own build).
-The config checks (``ragen.trainer.checks``: which ``rollout.engine`` values a run accepts, which packages must be
-importable), the builders (``ragen.trainer.builders.engine_spec``: the constructor's keyword arguments), the worker
-that hosts an engine (``ragen.workers.engine_host``) and the rule that rejects an unused engine section
-(``ragen.trainer.inert``) read the entries, so a new engine is an entry here (:func:`register_engine`) plus, when it
-has settings of its own, its section ``rollout.<section>`` in the schema.
+The config checks (``ragen.trainer.config.shared_checks``: which ``rollout.engine`` values a run accepts, which packages
+must be importable), the builders (``ragen.trainer.builders.engine_spec``: the constructor's keyword arguments), the
+worker that hosts an engine (``ragen.workers.engine_host``) and the rule that rejects an unused engine section
+(``ragen.trainer.config.unread_keys``) read the entries, so a new engine is an entry here (:func:`register_engine`)
+plus, when it has settings of its own, its section ``rollout.<section>`` in the schema.
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
-"""The run layer both algorithm families build on, and the PPO family's trainer.
+"""The run layer both algorithm families (``ragen.ppo``, ``ragen.archer``) build on.
 
-Shared by the PPO trainer and the ArCHer family (``ragen.archer``): ``config`` (schema dataclasses mirrored by
-``config/base.yaml``; ``config_archer`` holds the ArCHer section, ``config_types`` the type checks), ``compose``
-(find / compose the Hydra configs), ``checks`` (config checks every family runs), ``derived`` (world sizes,
-roles, batch shapes), ``env_mix`` (the envs of a run), ``prestart`` (the model loads, the output folder is free)
-and ``plan`` (the dry run), ``builders`` (model folder, Ray, worker groups, engine, agent proxies), ``placement``
-(GPU placement groups, the vLLM engine's GPUs), ``driver`` (the run's set-up, checkpoint policy and logging:
-the base class of both trainers), ``warm_start`` (behaviour cloning on the envs' experts; the warm-start-only
-job), ``numerics`` (non-finite inputs never reach the weights), ``state`` (trainer state, RNG isolation),
-``layout`` (training on the row layout ``agent.layout`` names) and ``turn_layout`` / ``phases`` (pure helpers of a
-step).
+* ``config``: the run's configuration in one package: the schema, composing it, every check before start;
+* ``run`` (what a run holds: workers, engine, proxies, tracker, state, checkpoints; ``Run``), ``builders`` (model
+  folder, Ray, worker groups, engine, agent proxies), ``placement`` (GPU placement groups, engine GPUs, weight sync),
+  ``hosted`` (engines hosted in the actor's ranks), ``step_memory`` (between-phase offload, memory peaks);
+* ``layout`` (training on the row layout ``agent.layout`` names), ``credit`` (group filter, advantages, worker batch,
+  rollout correction), ``metrics`` (the step's metrics), ``numerics`` (non-finite inputs never reach the weights),
+  ``state`` (trainer state, RNG isolation), ``warm_start`` (behaviour cloning on the envs' experts) and ``dry_run``
+  (``ragen train --check``).
 
-The PPO family: ``validate`` (its checks), ``inert`` (values that would change nothing), ``ppo_trainer`` (the
-loop and its run), ``bootstrap`` (values of episodes cut by the length budget), ``restarts`` (rebuilding dead
-workers) and ``report_phase`` (what the run report saves per step). ``ragen.launch`` picks a family by
-``algorithm.name``. Nothing heavy is imported here.
+``ragen.launch`` picks a family by ``algorithm.name``. Nothing heavy is imported here.
 """

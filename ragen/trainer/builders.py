@@ -8,10 +8,9 @@ from typing import Any
 
 from ragen.algorithms.rollout_correction import keys_read
 from ragen.plugins import ENVIRON_VAR as PLUGINS_VAR
-from ragen.trainer import env_mix
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.config_archer import uses_critic
-from ragen.trainer.derived import (
+from ragen.trainer.config import env_mix
+from ragen.trainer.config.archer_schema import uses_critic
+from ragen.trainer.config.run_shape import (
     actor_worker_config,
     critic_worker_config,
     critic_worker_needed,
@@ -21,6 +20,7 @@ from ragen.trainer.derived import (
     shared_value_head,
     world_size,
 )
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.placement import GPU_SHARE
 from ragen.utils.console import LOG_VAR
 from ragen.utils.hardware import ENV_VAR, resolve_dtype, resolve_precision
@@ -261,7 +261,7 @@ def attention_summary(cfg: TrainConfig) -> str:
 def startup_block(cfg: TrainConfig, model_path: str, log_path: str | None = None) -> str:
     """The run's start-up block for the console: model, precision, device and workers, env, estimator (the ArCHer
     family: its replay loop and algorithm), sizes and where the run writes (run folder, and the log file under the
-    quiet console). The dry run's plan (``ragen.trainer.plan``) starts with the same lines."""
+    quiet console). The dry run's plan (``ragen.trainer.dry_run``) starts with the same lines."""
     tr, ro = cfg.trainer, cfg.rollout
     roles = ["actor"] + (["critic"] if critic_worker_needed(cfg) else []) + (["ref"] if needs_ref(cfg) else [])
     ranks = ", ".join(f"{r}={world_size(cfg, r)}" for r in roles)

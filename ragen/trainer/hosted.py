@@ -64,7 +64,7 @@ class HostedEngines:
         self.last_sync: dict[str, float] = {}
 
     def rebind(self, group: Any) -> None:
-        """Drive the engines of a rebuilt actor group (``ragen.trainer.restarts``); the agent proxies keep this
+        """Drive the engines of a rebuilt actor group (``ragen.ppo.restarts``); the agent proxies keep this
         handle."""
         self.group = group
 

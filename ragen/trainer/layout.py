@@ -7,8 +7,8 @@ checks and the run plan ask the chosen :class:`Layout` instead of asking which l
 * the worker batch: :meth:`Layout.train_batch` (which rows form one sequence for the ``seq-mean-*`` losses) and
   :meth:`Layout.padded` (turn rows vary in number per step, so they are padded with empty rows to a multiple the
   mini-batches and ranks divide; trajectory rows are as many as the episodes, which the batch checks make divide);
-* the estimators' view: :meth:`Layout.advantages` (``phases.advantages`` on trajectory rows; on turn rows each
-  episode's model tokens gathered into a compact view and scattered back, ``ragen.trainer.turn_layout``);
+* the estimators' view: :meth:`Layout.advantages` (``credit.advantages`` on trajectory rows; on turn rows each
+  episode's model tokens gathered into a compact view and scattered back, ``ragen.trainer.layout``);
 * its config checks: :meth:`Layout.checks` (what makes a row differ from what the model saw),
   ``unread_algorithm_keys`` (algorithm keys its rows leave without effect) and :meth:`Layout.turn_rows_problems`
   (for consumers that need one row per turn).
@@ -19,16 +19,19 @@ and the trainer's config, which the agent layer may not import.
 
 from __future__ import annotations
 
-from typing import Protocol
+import math
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.agent.layout import RowLayout, TrajectoryRows, TurnRows
-from ragen.trainer import phases, turn_layout
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import CHARS_PER_TOKEN, trajectory_token_estimate
+from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.trainer import credit
 from ragen.workers.data import TrainBatch
+
+if TYPE_CHECKING:
+    from ragen.trainer.config.schema import TrainConfig
 
 AdvantagesReturns = tuple[torch.Tensor, torch.Tensor]  # (advantages, returns), each (B, T)
 
@@ -39,9 +42,10 @@ class Layout(Protocol):
     name: str
     rows: RowLayout
     unread_algorithm_keys: dict[str, str]  # algorithm.<key> -> why no estimator reads it on these rows
+    holds_whole_history: bool  # a row holds every turn: the last turn's full-history prompt must fit the budget
 
     def train_batch(self, batch: RolloutBatch) -> TrainBatch:
-        """The worker-side view of ``batch`` (``phases.to_train_batch``) with this layout's ``seq_ids``."""
+        """The worker-side view of ``batch`` (``credit.to_train_batch``) with this layout's ``seq_ids``."""
         ...
 
     def padded(self, tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
@@ -51,7 +55,7 @@ class Layout(Protocol):
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
                    **scalars) -> AdvantagesReturns:
-        """(advantages, returns) (B, T), 0 off the response; inputs as in ``phases.advantage_inputs``."""
+        """(advantages, returns) (B, T), 0 off the response; inputs as in ``credit.advantage_inputs``."""
         ...
 
     def checks(self, cfg: TrainConfig) -> list[str]:
@@ -78,9 +82,10 @@ class TrajectoryLayout:
     name = "trajectory"
     rows = TrajectoryRows()
     unread_algorithm_keys: dict[str, str] = {}
+    holds_whole_history = True
 
     def train_batch(self, batch: RolloutBatch) -> TrainBatch:
-        return phases.to_train_batch(batch)  # every row its own sequence
+        return credit.to_train_batch(batch)  # every row its own sequence
 
     def padded(self, tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
         return tb  # as many rows as episodes, which the batch checks make divide into mini-batches and ranks
@@ -88,12 +93,10 @@ class TrajectoryLayout:
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
                    **scalars) -> AdvantagesReturns:
-        return phases.advantages(estimator, batch, values, bootstrap_values, token_penalties, **scalars)
+        return credit.advantages(estimator, batch, values, bootstrap_values, token_penalties, **scalars)
 
     def checks(self, cfg: TrainConfig) -> list[str]:
         ag, out = cfg.agent, []
-        if ag.max_new_tokens < ag.max_model_len:  # otherwise the budget itself is refused (checks.check_agent)
-            out += _budget_problems(cfg)
         window = ag.max_context_window
         if window is not None and window < cfg.env.max_turn:
             out.append(f"agent.max_context_window={window} < env.max_turn={cfg.env.max_turn} cuts history, so one "
@@ -120,6 +123,7 @@ class TurnLayout:
 
     name = "turn"
     rows = TurnRows()
+    holds_whole_history = False  # each row is one turn's exact prompt, however history was cut for it
     unread_algorithm_keys = {
         "skip_env_tokens": "agent.layout=turn computes advantages on each episode's model tokens only (no env tokens)"}
 
@@ -127,15 +131,15 @@ class TurnLayout:
         # a turn row's sequence is its episode; a batch of placeholders only (every episode failed) trains nothing
         # and keeps each row its own sequence
         turns = batch.turn_index is not None and bool((batch.turn_index >= 0).any())
-        return phases.to_train_batch(batch, seq_ids=batch.episode_index if turns else None)
+        return credit.to_train_batch(batch, seq_ids=batch.episode_index if turns else None)
 
     def padded(self, tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
-        return turn_layout.pad_rows(tb, multiple, pad_id)  # the row count varies per step
+        return pad_rows(tb, multiple, pad_id)  # the row count varies per step
 
     def advantages(self, estimator: str, batch: RolloutBatch, values: torch.Tensor | None,
                    bootstrap_values: torch.Tensor | None = None, token_penalties: torch.Tensor | None = None,
                    **scalars) -> AdvantagesReturns:
-        return turn_layout.turn_layout_advantages(estimator, batch, values, bootstrap_values, token_penalties,
+        return turn_layout_advantages(estimator, batch, values, bootstrap_values, token_penalties,
                                                   **scalars)
 
     def checks(self, cfg: TrainConfig) -> list[str]:
@@ -159,16 +163,99 @@ def layout_of(cfg: TrainConfig) -> Layout:
     return LAYOUTS[cfg.agent.layout]
 
 
-def _budget_problems(cfg: TrainConfig) -> list[str]:
-    """The last turn's full-history prompt + its response must fit ``agent.max_model_len`` at worst-case response
-    lengths: prompt, observation and response tokens together (estimated, ``derived.trajectory_token_estimate``).
-    Otherwise history gets cut and the cut trajectory rows are masked out of training."""
-    ag, est = cfg.agent, trajectory_token_estimate(cfg)
-    if est.total <= ag.max_model_len:
-        return []
-    return [f"prompt budget: env.max_turn * agent.max_new_tokens = {est.responses} tokens of responses + about "
-            f"{est.first_prompt + est.observations} prompt and observation tokens (first prompt ~{est.first_prompt}, "
-            f"{cfg.env.max_turn - 1} later user message(s) ~{est.observations}; {CHARS_PER_TOKEN} characters per "
-            f"token) = {est.total} > agent.max_model_len={ag.max_model_len}: the last turns could not see the whole "
-            "history, and trajectory rows whose history is cut are masked out of training; raise "
-            "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]
+# The turn layout's training rows (docs/design.md, the two layouts): estimators need each episode's model tokens in
+# order, so advantages are computed on a per-episode compact view and scattered back to the turn rows; the row
+# count varies per step, so the worker batch is padded with empty rows to a size the mini-batches and ranks divide.
+
+
+def _positions(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Flat index of every model token: (row, col) in the batch and (episode slot, position) in the compact view,
+    plus the first row of each episode."""
+    ep, tk = batch.episode_index.tolist(), batch.turn_index.tolist()
+    episodes = sorted(set(ep))
+    slot = {e: i for i, e in enumerate(episodes)}
+    rows, cols, eps, pos = [], [], [], []
+    filled = [0] * len(episodes)
+    first = [-1] * len(episodes)
+    for r in sorted(range(batch.batch_size), key=lambda r: (ep[r], tk[r])):
+        s = slot[ep[r]]
+        if first[s] < 0:
+            first[s] = r
+        c = torch.nonzero(batch.response_mask[r]).flatten()
+        rows.append(torch.full_like(c, r))
+        cols.append(c)
+        eps.append(torch.full_like(c, s))
+        pos.append(torch.arange(filled[s], filled[s] + len(c)))
+        filled[s] += len(c)
+    cat = [torch.cat(x) if x else torch.zeros(0, dtype=torch.long) for x in (rows, cols, eps, pos)]
+    return cat[0], cat[1], cat[2], cat[3], first
+
+
+def turn_layout_advantages(
+    estimator: str, batch: RolloutBatch, values: torch.Tensor | None, bootstrap_values: torch.Tensor | None = None,
+    token_penalties: torch.Tensor | None = None, **scalars,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``compute_advantage`` for a turn-layout batch: (advantages, returns), (B, T), 0 off the response.
+
+    ``values`` / ``token_penalties``: (B, T) over the turn rows, ``values`` in ``ValueModel``'s convention
+    (V of the context before token t) computed inside each turn sample, so the gather below never mixes turns.
+    Each episode's model tokens, in turn order, form one row of the compact view (no env tokens in it);
+    per-episode fields come from the episode's first row. ``bootstrap_values`` (B,): per row, V of its episode's
+    bootstrap prompt (``ragen.ppo.truncation``; read for truncated episodes only), the same state and value the
+    trajectory layout bootstraps from.
+    """
+    rows, cols, eps, pos, first = _positions(batch)
+    n_ep, width = len(first), max(1, int(pos.max()) + 1 if len(pos) else 1)
+
+    def gather(x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        out = torch.full((n_ep, width), fill, dtype=x.dtype)
+        out[eps, pos] = x[rows, cols]
+        return out
+
+    mask = torch.zeros(n_ep, width, dtype=torch.long)
+    mask[eps, pos] = 1
+    idx = torch.tensor(first)
+    pick = (lambda t: None if t is None else t[idx])  # noqa: E731
+    inputs = AdvantageInputs(
+        token_rewards=gather(batch.token_rewards.float()), response_mask=mask, turn_ids=gather(batch.turn_ids, -1),
+        values=None if values is None else gather(values.float()), group_ids=pick(batch.group_ids),
+        truncated=pick(batch.truncated), step_rewards=pick(batch.step_rewards),
+        outcome_rewards=pick(batch.outcome_rewards), tool_results=pick(batch.tool_results), attention_mask=mask,
+        turn_obs_keys=None if batch.turn_obs_keys is None else [batch.turn_obs_keys[i] for i in first],
+        bootstrap_values=None if bootstrap_values is None else bootstrap_values.float()[idx],
+        token_penalties=None if token_penalties is None else gather(token_penalties.float()),
+        failed=pick(batch.failed),
+    )
+    adv_c, ret_c = compute_advantage(estimator, inputs, **scalars)
+    adv = torch.zeros(batch.input_ids.shape, dtype=adv_c.dtype)
+    ret = torch.zeros(batch.input_ids.shape, dtype=ret_c.dtype)
+    adv[rows, cols] = adv_c[eps, pos]
+    ret[rows, cols] = ret_c[eps, pos]
+    return adv, ret
+
+
+def pad_rows(tb: TrainBatch, multiple: int, pad_id: int) -> TrainBatch:
+    """Append empty rows (one attended pad token, no response) so B is a multiple of ``multiple``."""
+    b = tb.batch_size
+    extra = (-b) % multiple
+    if extra == 0:
+        return tb
+    t = tb.seq_len
+    ids = torch.full((extra, t), pad_id, dtype=tb.input_ids.dtype)
+    attn = torch.zeros(extra, t, dtype=tb.attention_mask.dtype)
+    attn[:, 0] = 1
+    fields = {}
+    for name, x in tb.tensors().items():
+        fill = {"input_ids": ids, "attention_mask": attn}.get(name, torch.zeros((extra, *x.shape[1:]), dtype=x.dtype))
+        if name == "seq_ids":  # a sequence of its own for every padding row
+            fill = torch.arange(extra, dtype=x.dtype) + (int(x.max()) + 1 if x.numel() else 0)
+        fields[name] = torch.cat([x, fill])
+    return TrainBatch(**fields)
+
+
+def row_multiple(*sizes: int) -> int:
+    """The least common multiple of the mini-batch sizes and world sizes the padded batch must divide."""
+    out = 1
+    for s in sizes:
+        out = out * s // math.gcd(out, s)
+    return out

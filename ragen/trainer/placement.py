@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragen.rollout.registry import EngineContext, engine_entry
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import device, engine_gpus, total_gpus, training_gpus, world_size
+from ragen.trainer.config.run_shape import device, engine_gpus, total_gpus, training_gpus, world_size
+from ragen.trainer.config.schema import TrainConfig
 
 # Share of one GPU each role's rank asks Ray for in its bundle (an actor rank's hosted engine is part of its share).
 GPU_SHARE = {"actor": 0.4, "critic": 0.3, "ref": 0.2}
@@ -88,7 +88,7 @@ def shared_placement_group(cfg: TrainConfig, make_pg: Callable[..., Any] | None 
 
 
 def _role_enabled(cfg: TrainConfig, role: str) -> bool:
-    from ragen.trainer.derived import critic_worker_needed, needs_ref
+    from ragen.trainer.config.run_shape import critic_worker_needed, needs_ref
 
     return critic_worker_needed(cfg) if role == "critic" else needs_ref(cfg)
 
@@ -106,7 +106,7 @@ def engine_context(cfg: TrainConfig, model_path: str, tokenizer: Any, dtype: str
     """What the rollout engine of a run of ``cfg`` is built from (``ragen.rollout.registry.EngineContext``): the
     policy's weights folder, tokenizer, device, weight ``dtype``, whether some env plays several turns, the
     agent's ``max_model_len``, the run's seed and whether the engine has GPUs of its own."""
-    from ragen.trainer.env_mix import train_groups, val_groups
+    from ragen.trainer.config.env_mix import train_groups, val_groups
 
     groups = [*train_groups(cfg), *val_groups(cfg)]
     return EngineContext(model=model_path, tokenizer=tokenizer, device=device(cfg), dtype=dtype,

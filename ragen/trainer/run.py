@@ -1,5 +1,5 @@
 """What a run has, whatever its algorithm: :class:`Run`, held (not inherited) by the PPO trainer
-(``ragen.trainer.ppo_trainer.PPOTrainer``) and the ArCHer family's (``ragen.archer.trainer.ArcherTrainer``).
+(``ragen.ppo.trainer.PPOTrainer``) and the ArCHer family's (``ragen.archer.trainer.ArcherTrainer``).
 
 A run is the frozen config and everything that exists because the job runs: the run folder and its checkpoints,
 the policy's model folder and tokenizer, the worker groups, the rollout engine, the agent proxies, the metric
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ragen.trainer import builders
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.state import save_trainer_state, trim_metrics
 from ragen.utils import console
 from ragen.utils.checkpoint import reference_dir, resolve_resume, write_checkpoint

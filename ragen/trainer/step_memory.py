@@ -1,6 +1,7 @@
 """GPU memory within a PPO step: the between-phase offload of the training groups and the per-phase memory peaks.
 
-With ``trainer.offload`` resolving to ``phase`` (``ragen.trainer.derived.offload_mode``: CUDA with an engine that
+With ``trainer.offload`` resolving to ``phase`` (``ragen.trainer.config.run_shape.offload_mode``: CUDA with an engine
+that
 shares the training GPUs) the step runs::
 
     rollout -> engine sleep -> reload (actor, critic, reference) -> log-probs, values, updates
@@ -25,8 +26,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import offload_mode
+from ragen.trainer.config.run_shape import offload_mode
+from ragen.trainer.config.schema import TrainConfig
 from ragen.utils.memory import PHASE_MEMORY, max_peaks
 
 TRAINING_ROLES = ("actor", "critic", "ref")

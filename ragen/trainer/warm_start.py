@@ -17,7 +17,7 @@ schedule), the engine gets the new weights, and a validation runs. Every record 
 
 Both trainers run it on their :class:`ragen.trainer.run.Run` with what is theirs passed in (the proxy to imitate
 through, the row multiple, the engine's weight sync, the validation): the PPO trainer
-(``ragen.trainer.ppo_trainer``) and the ArCHer family's (``ragen.archer.trainer``). The warm start alone, with
+(``ragen.ppo.trainer``) and the ArCHer family's (``ragen.archer.trainer``). The warm start alone, with
 no RL after it (``python -m ragen.sft`` = ``ragen sft``), is the same run on the config :func:`sft_config` makes:
 ``trainer.total_steps=0``, and ``DEFAULT_STEPS`` warm-start steps when the config has none. Its checkpoint
 ``<trainer.output_dir>/checkpoints/global_step_0`` holds an ``actor`` folder that is a transformers model: start
@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
 from ragen.trainer import numerics
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.layout import layout_of
 from ragen.trainer.run import Run
 from ragen.utils import console

@@ -230,8 +230,8 @@ def resolve_resume(resume: str, root: str | Path) -> Path | None:
 
     ``"none"`` -> None (start fresh); ``"auto"`` and ``"force"`` -> the latest complete checkpoint under ``root``
     or None (after :func:`recover_interrupted` finished any interrupted rename; ``force`` differs only in the CLI's
-    check of the run folder's saved config, ``ragen.trainer.prestart``); anything else is a path that must be a
-    complete checkpoint.
+    check of the run folder's saved config, ``ragen.trainer.config.resource_checks``); anything else is a path that must
+    be a complete checkpoint.
     """
     if resume in ("none", "", None):
         return None

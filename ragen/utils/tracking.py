@@ -220,3 +220,13 @@ class Tracker:
     def finish(self) -> None:
         for logger in self._loggers:
             logger.finish()
+
+
+def write_jsonl(path: str | Path, records: list[dict], append: bool = False) -> Path:
+    """Write (or ``append``) ``records`` as JSON lines, secrets redacted (``ragen.utils.redaction``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(redact(rec)) + "\n")
+    return path

@@ -91,7 +91,7 @@ class CriticWorker:
     def compute_values(self, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B_local, T), last_values (B_local,)) fp32, no grad, in the convention of ``ValueModel``:
         ``values[:, t]`` is V of the context before token t; ``last_values`` is V after the last real token (on a
-        batch of bootstrap prompts, V of each prompt: ``ragen.trainer.bootstrap``)."""
+        batch of bootstrap prompts, V of each prompt: ``ragen.ppo.truncation``)."""
         size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
         return forward_in_chunks(batch, size, self.device, self._values)
 

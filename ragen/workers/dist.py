@@ -35,8 +35,8 @@ def init_distributed(rank: int, world_size: int, master_addr: str = "127.0.0.1",
                      backend: str | None = None, device: str | None = None) -> torch.device:
     """Pick this rank's device and, for world size > 1, join the process group; returns the device.
 
-    ``device``: the run's ``trainer.device`` as resolved by the trainer (``ragen.trainer.derived.device``): ``cpu``
-    computes on the CPU even where CUDA is visible, ``cuda`` on the first visible CUDA device (Ray sets
+    ``device``: the run's ``trainer.device`` as resolved by the trainer (``ragen.trainer.config.run_shape.device``):
+    ``cpu`` computes on the CPU even where CUDA is visible, ``cuda`` on the first visible CUDA device (Ray sets
     CUDA_VISIBLE_DEVICES per actor; no CUDA visible is an error). None (direct users): the first visible CUDA
     device when there is one, else CPU. Backend: ``backend`` or nccl on GPU / gloo on CPU. Idempotent (an existing
     group is reused).

@@ -75,7 +75,7 @@ class Trainable:
         if cfg.lr_schedule == "cosine" and not cfg.total_steps:
             raise ValueError(f"{prefix}.lr_schedule='cosine' needs {prefix}.total_steps >= 1 (optimizer steps), got "
                              f"{cfg.total_steps}; the trainer derives it from trainer.total_steps "
-                             "(ragen.trainer.derived.worker_total_steps), direct worker users must set it")
+                             "(ragen.trainer.config.run_shape.worker_total_steps), direct worker users must set it")
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         lr = cfg.lr

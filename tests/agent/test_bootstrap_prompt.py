@@ -14,9 +14,9 @@ from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
 from ragen.agent.context import ChatFormat
 from ragen.agent.rollout import user_text
 from ragen.env import StepResult, register
-from ragen.trainer.bootstrap import bootstrap_values
-from ragen.trainer.phases import advantages
-from ragen.trainer.turn_layout import turn_layout_advantages
+from ragen.ppo.truncation import bootstrap_values
+from ragen.trainer.credit import advantages
+from ragen.trainer.layout import turn_layout_advantages
 
 GROW = 300  # characters added to the observation per step
 

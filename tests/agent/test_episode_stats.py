@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ragen.agent import AgentConfig, AgentProxy, EnvGroupSpec
-from ragen.trainer.phases import filter_groups_by_std
+from ragen.trainer.credit import filter_groups_by_std
 
 
 def _rollout(char_tok, fake_engine, layout: str):

@@ -142,8 +142,8 @@ def test_trajectory_rows_with_cut_history_train_nothing(char_tok, monkeypatch, f
 def test_empty_response_keeps_its_reward_and_valid_turn_ids(char_tok, fake_engine, layout):
     """An engine that returns an empty sample for turn 1: the turn's reward (the format penalty) is merged into turn
     0, every reward reaches the token rewards, turn ids stay 0..n-1 and every estimator runs on the batch."""
-    from ragen.trainer.phases import advantages
-    from ragen.trainer.turn_layout import turn_layout_advantages
+    from ragen.trainer.credit import advantages
+    from ragen.trainer.layout import turn_layout_advantages
 
     right = char_tok("<answer>right</answer>", add_special_tokens=False)["input_ids"]
     right += [char_tok.convert_tokens_to_ids("<|end|>")]

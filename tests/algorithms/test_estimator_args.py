@@ -12,7 +12,7 @@ from ragen.algorithms import (
     register_estimator,
 )
 from ragen.algorithms.registry import SHARED_SCALARS, estimator_args_problems
-from ragen.trainer.config import AlgorithmSection
+from ragen.trainer.config.schema import AlgorithmSection
 
 MASK = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 0, 0], [1, 0, 0]])
 # group 0: returns 1 and 0 (mean 0.5), group 1: 3 and 1 (mean 2): GRPO without the std, +-0.5 and +-1

@@ -11,7 +11,7 @@ from factories import IdTextTokenizer
 
 from ragen.archer.buffer import Transition
 from ragen.archer.trainer import ArcherTrainer
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 EOT = 99
 

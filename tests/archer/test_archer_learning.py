@@ -18,7 +18,7 @@ import pytest
 from trainer_helpers import assert_all_finite, read_metrics
 
 from ragen.archer.main import run
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 KEY = "val/env/twenty_questions/"
 

@@ -14,7 +14,7 @@ import ragen.archer.trainer as T
 from ragen.archer.critic import ArcherCriticWorker
 from ragen.archer.main import run
 from ragen.archer.workers import ArcherPolicyWorker
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 from ragen.trainer.numerics import NonFiniteError
 
 

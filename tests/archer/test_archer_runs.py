@@ -12,8 +12,8 @@ from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics,
 from ragen.archer.critic import ArcherCriticWorker
 from ragen.archer.main import run
 from ragen.archer.trainer import critic_settings
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,14 +150,14 @@ def test_ragen_train_hands_the_archer_family_to_its_trainer(monkeypatch):
     ``ragen.launch.run`` dispatches on algorithm.name; the PPO family's own run refuses the config."""
     import ragen.archer.main
     from ragen import launch
-    from ragen.trainer import ppo_trainer
+    from ragen.ppo import trainer
 
     seen = []
     monkeypatch.setattr(ragen.archer.main, "run", lambda cfg: seen.append(cfg.algorithm.name) or {"done": 1.0})
     assert launch.run(load_train_config("base", ["algorithm.name=chai"])) == {"done": 1.0}
     assert seen == ["chai"]
     with pytest.raises(ConfigError, match="algorithm.name='chai' is not the PPO family"):
-        ppo_trainer.run(load_train_config("base", ["algorithm.name=chai"]))
+        trainer.run(load_train_config("base", ["algorithm.name=chai"]))
 
 
 def test_critic_section_keys_reach_the_critic_worker():

@@ -8,8 +8,8 @@ from test_archer_runs import _overrides
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights
 
 from ragen.archer.main import run, validate_archer
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 
 
 def _warm(out, steps: int) -> list[str]:

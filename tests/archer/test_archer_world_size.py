@@ -74,7 +74,7 @@ def test_critic_world_size_2_equals_1(ray_cluster, tmp_path):
 @pytest.mark.slow
 def test_policy_reinforce_update_world_size_2_equals_1(ray_cluster):
     from ragen.trainer.builders import prepare_model
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     path, _ = prepare_model(load_train_config("base", ["model=tiny"]))
     g = torch.Generator().manual_seed(0)

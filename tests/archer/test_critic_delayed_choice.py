@@ -27,7 +27,7 @@ def _transitions(n_seeds: int = 8):
 
     from ragen.agent.rollout import user_text
     from ragen.models.loader import resolve_model_path
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     cfg = load_train_config("archer_delayed_choice", [])
     ag, max_turn = cfg.agent_config(), cfg.env.max_turn
@@ -73,7 +73,7 @@ def test_the_configs_critic_carries_the_door_back_to_turn_one():
 
     from ragen.archer.critic import ArcherCriticWorker
     from ragen.archer.trainer import critic_settings
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     settings = critic_settings(load_train_config("archer_delayed_choice", []))
     torch.manual_seed(0)

@@ -14,8 +14,8 @@ from ragen.archer.dialogues import DialogueReplayEnv, load_dialogues, split_line
 from ragen.archer.main import run, validate_archer
 from ragen.env.guess_my_city import GuessMyCityEnv
 from ragen.env.twenty_questions import TwentyQuestionsEnv
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 
 DATA = Path(__file__).resolve().parents[2] / "ragen" / "data" / "dialogues"
 TQ, CITY = str(DATA / "twenty_questions_sample.json"), str(DATA / "guess_my_city_sample.json")

@@ -9,7 +9,7 @@ from archer_fakes import RecordingGroup, record, trainer_with_fakes
 
 import ragen.archer.trainer as T
 from ragen.algorithms import archer as A
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 
 def test_the_cutoff_is_a_quantile_of_the_buffers_trajectories(fake_engine, monkeypatch):

@@ -11,7 +11,7 @@ from ragen.archer.critic import ArcherCriticWorker, CriticSettings
 from ragen.archer.trainer import critic_settings
 from ragen.archer.transitions import policy_batch
 from ragen.archer.workers import ArcherPolicyWorker
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 from ragen.workers import ActorConfig, LocalWorkerGroup
 
 STATES = ["Is it an animal? no.", "Is it alive? yes. Is it a plant? no.", "Is it red?", "Guess: cat. wrong."]

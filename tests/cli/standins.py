@@ -140,7 +140,7 @@ def run_paths(path: str, model: Path) -> None:
     elif m := re.fullmatch(r"global_step_(\d+)", p.name):
         checkpoint(p, model, int(m.group(1)))
     else:
-        from ragen.trainer.compose import load_train_config
+        from ragen.trainer.config.compose import load_train_config
 
         checkpoint(p / "checkpoints" / "global_step_1", model, 1)
         (p / "metrics.jsonl").write_text(json.dumps({"step": 1, "val/reward/mean": 0.0}) + "\n")

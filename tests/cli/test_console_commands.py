@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from standins import model_folder
 
-from ragen.trainer.compose import config_dir
+from ragen.trainer.config.compose import config_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = {d.name: sorted(p.stem for p in d.glob("*.yaml")) for d in config_dir().iterdir() if d.is_dir()}
@@ -181,7 +181,7 @@ def test_check_prints_the_plan_and_starts_nothing(tmp_path, capsys, monkeypatch,
     assert f"[ragen] output    {out_dir} (a new run)" in out
     assert not out_dir.exists() and not ray.is_initialized()
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     cfg = load_train_config("ppo_bandit", ["model=tiny", "trainer.dry_run=true", f"trainer.output_dir={out_dir}"])
     assert run(cfg) == {}  # in-process runs honour the key too
@@ -279,7 +279,7 @@ def test_model_folder_without_tokenizer_files_needs_tokenizer_path(tmp_path, cap
 def test_config_differences_by_hand():
     """Keys in both configs whose values differ, sorted; resume keys and keys only one side has are skipped;
     env.config is compared whole (its keys are the env's, not the schema's)."""
-    from ragen.trainer.prestart import RESUME_KEYS, config_differences
+    from ragen.trainer.config.resource_checks import RESUME_KEYS, config_differences
 
     old = {"actor": {"lr": 1e-5, "betas": [0.9, 0.999]}, "trainer": {"total_steps": 2, "use_ray": True},
            "env": {"name": "frozen_lake", "config": {"size": 3}}, "gone": {"x": 1}}

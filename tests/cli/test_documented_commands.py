@@ -148,8 +148,8 @@ def envs_of(module: str, args: list[str]) -> set[str]:
         return set()
     from hydra._internal.utils import get_args_parser
 
-    from ragen.trainer import env_mix
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config import env_mix
+    from ragen.trainer.config.compose import load_train_config
 
     parsed = get_args_parser().parse_args([a for a in args if a != "--check"])
     name = parsed.config_name or _command(module).config_name
@@ -177,7 +177,7 @@ def run_in_process(module: str, args: list[str]) -> int:
     if module == "ragen.eval":
         from ragen.evaluation.cli import parse_args, prepare
         from ragen.evaluation.models import ModelArgError
-        from ragen.trainer.config import ConfigError
+        from ragen.trainer.config.schema import ConfigError
 
         parsed = parse_args(args)
         try:

@@ -79,7 +79,7 @@ def test_wheel_installs_and_runs_outside_the_checkout(tmp_path, subprocess_env):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     env = {**env, "PATH": f"{python.parent}{os.pathsep}{env['PATH']}"}
-    where = _run([str(python), "-c", "import ragen; from ragen.trainer.compose import config_dir; "
+    where = _run([str(python), "-c", "import ragen; from ragen.trainer.config.compose import config_dir; "
                   "print(ragen.__file__); print(config_dir())"], cwd=outside, env=env).stdout.split()
     assert all(Path(p).is_relative_to(tmp_path / "venv") for p in where), where
     assert where[1].endswith("ragen_config")

@@ -140,9 +140,10 @@ VLLM_GPU = ("ragen", "train", "--config-name", "ppo_bandit", "trainer=gpu")
 def test_vllm_missing_on_a_gpu_machine_is_refused(tmp_path, capsys, monkeypatch, tokenizer_dir, no_vllm):
     """trainer=gpu samples with vLLM: on a machine that sees CUDA (the one that would start the run) a missing vllm
     fails the check naming the install."""
-    from ragen.trainer import checks
 
-    monkeypatch.setattr(checks, "_cuda_visible", lambda: True, raising=False)
+    from ragen.trainer.config import shared_checks
+
+    monkeypatch.setattr(shared_checks, "_cuda_visible", lambda: True, raising=False)
     status, _, err = _check(VLLM_GPU, tmp_path, capsys, tokenizer_dir, None)
     assert status == 2
     assert "rollout.engine=vllm (trainer=gpu) needs vLLM, which is not installed in this environment: pip install " \
@@ -198,7 +199,7 @@ def test_tokenizer_problems_by_size(tokenizer_dir, qwen_tokenizer_dir):
     from transformers import AutoTokenizer
 
     from ragen.models.loader import fix_special_tokens, load_tokenizer
-    from ragen.trainer.prestart import tokenizer_problems
+    from ragen.trainer.config.resource_checks import tokenizer_problems
 
     qwen = fix_special_tokens(AutoTokenizer.from_pretrained(qwen_tokenizer_dir))
     config = SimpleNamespace(vocab_size=152064, bos_token_id=151643, eos_token_id=[151645, 151643])

@@ -12,9 +12,9 @@ import pytest
 import ragen.env
 from ragen.env.base import smoke_test
 from ragen.launch import validate
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError, EnvSection
-from ragen.trainer.plan import dry_run
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError, EnvSection
+from ragen.trainer.dry_run import dry_run
 
 CASES = {
     "smoke_tuple_step": "step('yes'): step returned tuple, not StepResult",

@@ -12,7 +12,7 @@ overrides over ``liveness_probes.PROBE_BASE``):
 * ``same``: the value is what the context's own value resolves to (e.g. ``critic.enable=true`` where null already
   means on); every number stays identical;
 * ``live``: the estimator walk of ``algorithm`` / ``actor`` keys: accepted and changes the quantity, or rejected as
-  having no effect (``ragen.trainer.inert``), in which case the quantity indeed stays identical.
+  having no effect (``ragen.trainer.config.unread_keys``), in which case the quantity indeed stays identical.
 
 ``allow`` rows carry no cases, only the reason the key is outside all of these (paths, logging, Ray placement...).
 ``xfail`` marks a case that is a known silent no-op on the current code (a strict xfail: it fails once fixed).

@@ -1,9 +1,9 @@
 """Probes of the liveness walk: each turns a frozen ``TrainConfig`` into named tensors through the code the trainer
 runs with it (imported as ``from liveness_probes import ...``).
 
-* ``credit``: rollout filtering, then ``phases.step_credit`` (the PPO step's reward shaping and estimator, both
+* ``credit``: rollout filtering, then ``credit.step_credit`` (the PPO step's reward shaping and estimator, both
   layouts) on the fixed batch of ``liveness_inputs``: ``advantages``, ``returns``.
-* ``loss``: ``credit`` and the rollout-correction weights (``phases.rollout_correction``), then
+* ``loss``: ``credit`` and the rollout-correction weights (``credit.rollout_correction``), then
   ``ragen.workers.actor.policy_objective`` (the actor's micro-batch loss) at fixed log-probs: the ``loss`` and
   ``grad`` (its gradient w.r.t. the token log-probs).
 * ``actor_optimizer`` / ``critic_optimizer``: the workers' ``Trainable`` (AdamW, lr schedule, grad clip, mini /
@@ -28,7 +28,7 @@ from typing import Any
 import liveness_inputs as inputs
 import torch
 
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 
 # The configuration every probe starts from: the base config with the tiny model, small fixed batch sizes and fp32.
 PROBE_BASE = (
@@ -51,7 +51,7 @@ class Configs:
 
     def tree(self, context: tuple[str, ...]) -> Any:
         if context not in self._trees:
-            from ragen.trainer.compose import compose
+            from ragen.trainer.config.compose import compose
 
             by_key = {o.split("=", 1)[0]: o for o in [*self.base, *context]}  # a later override of a key wins
             self._trees[context] = compose("base", list(by_key.values()))
@@ -62,7 +62,7 @@ class Configs:
         schema refuses), with the Python-only env arguments of :func:`with_python_only`."""
         from omegaconf import OmegaConf
 
-        from ragen.trainer.compose import to_train_config
+        from ragen.trainer.config.compose import to_train_config
 
         tree = copy.deepcopy(self.tree(context))
         if key is not None:
@@ -81,12 +81,12 @@ def lookup(cfg: TrainConfig, key: str) -> Any:
 def rejection(cfg_or_error: TrainConfig | ConfigError, overrides: tuple[str, ...] = ()) -> ConfigError | None:
     """The ConfigError that stops ``cfg`` before any worker starts (``validate``), or None when it passes.
     ``overrides``: what a command line would have set (the context and the row's key), for the rules that count
-    only the keys a command sets (``ragen.trainer.inert.explicit_keys``); the probe base's own settings stand for a
-    recipe's."""
+    only the keys a command sets (``ragen.trainer.config.unread_keys.explicit_keys``); the probe base's own settings
+    stand for a recipe's."""
     if isinstance(cfg_or_error, ConfigError):
         return cfg_or_error
     from ragen.launch import validate
-    from ragen.trainer.inert import command_line_keys, explicit_keys
+    from ragen.trainer.config.unread_keys import command_line_keys, explicit_keys
 
     try:
         with explicit_keys(command_line_keys(overrides)):
@@ -100,12 +100,12 @@ def rejection(cfg_or_error: TrainConfig | ConfigError, overrides: tuple[str, ...
 
 
 def credit(cfg: TrainConfig) -> dict[str, torch.Tensor]:
-    from ragen.trainer import phases
+    from ragen.trainer import credit as C
     from ragen.trainer.layout import layout_of
 
-    batch, _ = phases.filter_groups_by_std(inputs.batch(cfg.agent.layout), cfg.algorithm.rollout_filter_ratio)
+    batch, _ = C.filter_groups_by_std(inputs.batch(cfg.agent.layout), cfg.algorithm.rollout_filter_ratio)
     x = batch.extra
-    adv, ret, _ = phases.step_credit(cfg.algorithm, layout_of(cfg).advantages, batch, x["values"], x["last_values"],
+    adv, ret, _ = C.step_credit(cfg.algorithm, layout_of(cfg).advantages, batch, x["values"], x["last_values"],
                                      x["old_log_probs"], x["ref_log_probs"])
     return {"advantages": adv, "returns": ret, "_batch": batch}
 
@@ -114,8 +114,8 @@ def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     """The actor's loss on the probe batch, built as the trainer builds it: ``Layout.train_batch`` (the turn
     layout's episode ids as ``seq_ids``, ``ragen.trainer.layout``), rollout correction's weights or rejection mask,
     and the normalisers of ``Trainable.update`` (``mini_batch_counts``) over the batch as one mini-batch."""
-    from ragen.trainer import phases
-    from ragen.trainer.derived import actor_worker_config
+    from ragen.trainer import credit as C
+    from ragen.trainer.config.run_shape import actor_worker_config
     from ragen.trainer.layout import layout_of
     from ragen.workers.actor import policy_objective
     from ragen.workers.trainable import mini_batch_counts
@@ -123,7 +123,7 @@ def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     c = credit(cfg)
     batch = c.pop("_batch")
     x = batch.extra
-    correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
+    correction = C.rollout_correction(cfg.algorithm.rollout_correction, batch, x["old_log_probs"])
     tb = layout_of(cfg).train_batch(batch).with_fields(
         old_log_probs=x["old_log_probs"], ref_log_probs=x["ref_log_probs"], advantages=c["advantages"],
         is_weights=correction.is_weights, keep_mask=correction.keep_mask)
@@ -138,7 +138,7 @@ def loss(cfg: TrainConfig) -> dict[str, torch.Tensor]:
 def _optimizer(cfg: TrainConfig, role: str) -> dict[str, torch.Tensor]:
     """Two ``Trainable.update`` calls of a fixed Linear(4, 3) on a regression batch of ``train_batch_size`` rows."""
     from ragen.algorithms.losses import aggregate_loss
-    from ragen.trainer.derived import actor_worker_config, critic_worker_config, train_batch_size
+    from ragen.trainer.config.run_shape import actor_worker_config, critic_worker_config, train_batch_size
     from ragen.workers.data import TrainBatch
     from ragen.workers.trainable import MicroResult, Trainable
 

@@ -11,8 +11,8 @@ import liveness_probes as P
 import liveness_worker as W
 from liveness_model import FLIP, Case, Row
 
-from ragen.trainer.config import ConfigError, TrainConfig
-from ragen.trainer.inert import show
+from ragen.trainer.config.schema import ConfigError, TrainConfig
+from ragen.trainer.config.unread_keys import show
 
 CONFIGS = P.Configs()
 PROBES = {**P.PROBES, **W.PROBES}

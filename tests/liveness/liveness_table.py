@@ -1,5 +1,5 @@
 """The liveness table: one row per config key (``liveness_model`` explains rows and cases). Adding a key to the
-schema (``ragen.trainer.config.SECTIONS``, ``rollout.vllm``) or to an env's constructor without a row here fails
+schema (``ragen.trainer.config.schema.SECTIONS``, ``rollout.vllm``) or to an env's constructor without a row here fails
 ``tests/liveness/test_liveness.py``; ``python scripts/config_reference.py`` renders the table as
 ``docs/config_reference.md``.
 """

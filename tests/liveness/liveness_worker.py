@@ -22,7 +22,7 @@ from typing import Any
 import liveness_probes as P
 import torch
 
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config.schema import TrainConfig
 
 
 def _flat(state: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -51,7 +51,7 @@ def _run(cfg: TrainConfig, fn) -> dict[str, torch.Tensor]:
 
 
 def _ppo(cfg: TrainConfig, warm: bool) -> dict[str, torch.Tensor]:
-    from ragen.trainer.ppo_trainer import PPOTrainer
+    from ragen.ppo.trainer import PPOTrainer
     trainer = PPOTrainer(cfg)
     trainer.setup()
     try:

@@ -20,7 +20,7 @@ import torch
 from liveness_table import TABLE
 
 import ragen.env
-from ragen.trainer.config import NESTED, SECTIONS
+from ragen.trainer.config.schema import NESTED, SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_FILE = "tests/liveness/liveness_table.py"
@@ -108,15 +108,15 @@ def test_slow_case(row, case):
 @pytest.mark.parametrize("agg", ["seq-mean-token-sum", "seq-mean-token-mean"])
 def test_the_loss_probe_sees_the_turn_layouts_episode_grouping(agg, monkeypatch):
     # the walk's loss probe builds its batch as the trainer does (Layout.train_batch: turn rows carry their
-    # episode as seq_ids, through phases.to_train_batch); without the grouping a seq-mean loss counts turn rows as
+    # episode as seq_ids, through credit.to_train_batch); without the grouping a seq-mean loss counts turn rows as
     # sequences, which must show
     import liveness_probes as P
 
-    from ragen.trainer import phases
+    from ragen.trainer import credit
 
     cfg = P.Configs().build(("agent.layout=turn", "env=frozen_lake", "env.max_turn=3"), "actor.loss_agg", agg)
     grouped = P.loss(cfg)
-    real = phases.to_train_batch
-    monkeypatch.setattr(phases, "to_train_batch", lambda batch, seq_ids=None: real(batch))
+    real = credit.to_train_batch
+    monkeypatch.setattr(credit, "to_train_batch", lambda batch, seq_ids=None: real(batch))
     ungrouped = P.loss(cfg)
     assert not torch.allclose(grouped["loss"], ungrouped["loss"], rtol=1e-4)

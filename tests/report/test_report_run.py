@@ -13,8 +13,8 @@ from report_helpers import block_id, episode_blocks, model_token_count, tiny_ove
 
 from ragen.launch import run
 from ragen.report.episodes import NEUTRAL
-from ragen.trainer import phases
-from ragen.trainer.compose import load_train_config
+from ragen.trainer import credit
+from ragen.trainer.config.compose import load_train_config
 
 pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow
 
@@ -40,14 +40,14 @@ def _check_page(page: str, val: list[dict], train: list[dict]) -> None:
 
 def test_trainer_writes_report_and_cli_rebuilds_it(tmp_path, monkeypatch, subprocess_env):
     seen = []
-    real = phases.advantages
+    real = credit.advantages
 
     def spy(estimator, batch, *args, **kw):
         adv, ret = real(estimator, batch, *args, **kw)
         seen.append((batch, adv, ret))
         return adv, ret
 
-    monkeypatch.setattr(phases, "advantages", spy)
+    monkeypatch.setattr(credit, "advantages", spy)
     run(load_train_config("ppo_multi_turn", [*tiny_overrides(tmp_path, 2), *FAST]))
     report = tmp_path / "report"
     assert sorted(p.name for p in report.iterdir()) == ["index.html", "step_0.html", "step_1.html", "step_2.html"]

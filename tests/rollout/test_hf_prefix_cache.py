@@ -103,7 +103,7 @@ def test_a_paused_cache_neither_keeps_nor_uses_and_the_kept_caches_survive_the_p
 
 def test_trainer_turns_the_cache_on_for_multi_turn_envs_only(tmp_path, default_tokenizer):
     from ragen.trainer.builders import build_engine
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     model_dir = tmp_path / "tiny"
     tiny_model(tokenizer=default_tokenizer, seed=0).save_pretrained(model_dir)

@@ -12,9 +12,9 @@ import pytest
 
 from ragen.launch import validate
 from ragen.trainer import builders
-from ragen.trainer.checks import check_attention
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
+from ragen.trainer.config.shared_checks import check_attention
 
 
 @pytest.fixture

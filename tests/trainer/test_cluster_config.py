@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from ragen.trainer import builders
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 from ragen.workers.placement_check import shortfall_message
 
 NODES = [  # ray.nodes() records: two alive nodes of 2 CPUs, one dead

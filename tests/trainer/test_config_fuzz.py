@@ -10,8 +10,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ragen.launch import validate
-from ragen.trainer.compose import compose, load_train_config, to_train_config
-from ragen.trainer.config import SECTIONS, ConfigError, default_section_values
+from ragen.trainer.config.compose import compose, load_train_config, to_train_config
+from ragen.trainer.config.schema import SECTIONS, ConfigError, default_section_values
 
 VALUES = ["abc", "-1", "-100", "0", "1e308", ".nan", ".inf", "-.inf", "[1, 2]", "{a: 1}", "null", "true", "3.5",
           "''", "99999999999999999999", "-0.5", "[]", "[abc]", "1"]

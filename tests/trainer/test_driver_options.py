@@ -10,8 +10,8 @@ from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics,
 from ragen.algorithms.losses import kl_penalties
 from ragen.algorithms.rollout_correction import rollout_correction_weights
 from ragen.launch import run
-from ragen.trainer import phases
-from ragen.trainer.compose import load_train_config
+from ragen.trainer import credit
+from ragen.trainer.config.compose import load_train_config
 from ragen.workers import LocalWorkerGroup, PolicyWorker
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.sft_warmup_steps=0"]
@@ -54,7 +54,7 @@ def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
     kl_coef * (log pi_old - log pi_ref) on model tokens (k1). (The tiny model's rewards are all equal, so its group
     advantages are 0: the entropy bonus is what moves the actor at step 1.)"""
     seen = {"log_probs": [], "batches": [], "inputs": []}
-    real_lp, real_tb, real_ca = PolicyWorker.compute_log_probs, phases.to_train_batch, phases.compute_advantage
+    real_lp, real_tb, real_ca = PolicyWorker.compute_log_probs, credit.to_train_batch, credit.compute_advantage
 
     def spy_lp(self, batch):
         out = real_lp(self, batch)
@@ -70,8 +70,8 @@ def test_grpo_with_kl_and_rollout_filter(tmp_path, monkeypatch):
         return real_ca(name, inputs, **kw)
 
     monkeypatch.setattr(PolicyWorker, "compute_log_probs", spy_lp)
-    monkeypatch.setattr(phases, "to_train_batch", spy_tb)
-    monkeypatch.setattr(phases, "compute_advantage", spy_ca)
+    monkeypatch.setattr(credit, "to_train_batch", spy_tb)
+    monkeypatch.setattr(credit, "compute_advantage", spy_ca)
     coef = 0.5
     overrides = [*tiny_overrides(tmp_path, 2), *FAST, "algorithm=grpo", "algorithm.kl_in_reward=true",
                  f"algorithm.kl_coef={coef}", "algorithm.kl_kind=k1", "actor.use_kl_loss=true",
@@ -115,7 +115,7 @@ def test_rollout_correction_weights_reach_the_actor(tmp_path, monkeypatch):
     log-probs (a turn-layout episode's rows share one sequence ratio) and hands them to the actor's update as
     ``is_weights`` (padding rows 0). On CPU in fp32 the engine and the trainer agree to ~1e-5."""
     seen = {"old": [], "batches": [], "updates": []}
-    real_tb, real_call = phases.to_train_batch, LocalWorkerGroup.call
+    real_tb, real_call = credit.to_train_batch, LocalWorkerGroup.call
 
     def spy_tb(batch, **kw):
         seen["batches"].append(batch)
@@ -129,7 +129,7 @@ def test_rollout_correction_weights_reach_the_actor(tmp_path, monkeypatch):
             seen["old"].append(out.clone())
         return out
 
-    monkeypatch.setattr(phases, "to_train_batch", spy_tb)
+    monkeypatch.setattr(credit, "to_train_batch", spy_tb)
     monkeypatch.setattr(LocalWorkerGroup, "call", spy_call)
     overrides = [*tiny_overrides(tmp_path, 1), *FAST, "algorithm=grpo", "env=frozen_lake", "env.max_turn=2",
                  "agent.layout=turn", "actor.mini_batch_size=3", "actor.micro_batch_size=1", "trainer.report=false",

@@ -36,7 +36,7 @@ class FaultyRunBandit(BanditEnv):
 
 def test_a_run_with_faulty_envs_completes_counting_and_logging_them(tmp_path):
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     SEEN.clear()
     cfg = load_train_config("ppo_bandit", [
@@ -82,7 +82,7 @@ class NoLegalActionsBandit(BanditEnv):
 
 def _broken_run(tmp_path, env: str, *extra: str):
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     return run(load_train_config("ppo_bandit", [
         *tiny_overrides(tmp_path, 5), "trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0",

@@ -9,10 +9,10 @@ from trainer_helpers import assert_all_finite, read_metrics, tiny_overrides
 from ragen.agent import AgentConfig, EnvGroupSpec
 from ragen.agent.env_manager import EnvManager
 from ragen.launch import run, validate
-from ragen.trainer import env_mix
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
-from ragen.trainer.derived import train_batch_size
+from ragen.trainer.config import env_mix
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.run_shape import train_batch_size
+from ragen.trainer.config.schema import ConfigError
 
 MIX = ["rollout.train_envs=[{name: bandit, n_groups: 1},{name: frozen_lake, n_groups: 2, max_turn: 2}]"]
 
@@ -85,7 +85,7 @@ def test_a_mixed_run_trains_and_reports_every_env(tmp_path):
 def test_a_variant_env_file_brings_its_env_defaults():
     """``frozen_lake_3x3.yaml`` writes only what differs from ``frozen_lake.yaml`` (size, max_turn); an entry naming it
     gets the rest from the env's file, as ``env=frozen_lake_3x3`` does."""
-    from ragen.trainer.env_mix import _env_file
+    from ragen.trainer.config.env_mix import _env_file
 
     assert _env_file("frozen_lake_3x3") == {"name": "frozen_lake", "max_turn": 3, "max_actions_per_turn": 5,
                                             "config": {"size": 3, "p": 0.8, "is_slippery": False, "max_steps": 100}}

@@ -10,10 +10,10 @@ import torch
 from ragen import plugins
 from ragen.agent.batch import RolloutBatch
 from ragen.launch import validate
-from ragen.trainer.compose import load_train_config, open_mapping_overrides
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config, open_mapping_overrides
+from ragen.trainer.config.schema import ConfigError
+from ragen.trainer.credit import step_credit
 from ragen.trainer.layout import layout_of
-from ragen.trainer.phases import step_credit
 
 PLUGIN = '''
 """GRPO's advantages times beta (required) plus shift (default 0): an estimator with hyperparameters of its own."""

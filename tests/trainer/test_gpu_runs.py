@@ -30,9 +30,9 @@ import torch
 from safetensors.torch import load_file
 from trainer_helpers import assert_all_finite, gpu_overrides, read_metrics
 
-from ragen.trainer.compose import load_train_config
+from ragen.ppo.trainer import PPOTrainer
+from ragen.trainer.config.compose import load_train_config
 from ragen.trainer.hosted import HostedEngines
-from ragen.trainer.ppo_trainer import PPOTrainer
 from ragen.utils.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow

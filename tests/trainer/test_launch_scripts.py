@@ -73,12 +73,12 @@ def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
     tested is the trainer's path from the advantages to the update (tests/workers/test_update_direction.py checks a
     single worker; tests/algorithms the estimators' signs)."""
     from ragen.launch import run
-    from ragen.trainer import phases
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer import credit
+    from ragen.trainer.config.compose import load_train_config
     from ragen.workers import PolicyWorker
 
     seen, signs = [], []
-    real_update, real_advantage = PolicyWorker.update, phases.compute_advantage
+    real_update, real_advantage = PolicyWorker.update, credit.compute_advantage
 
     def fixed_advantages(name, inputs, **kw):
         adv, ret = real_advantage(name, inputs, **kw)
@@ -92,7 +92,7 @@ def test_ppo_step_moves_log_probs_along_the_advantages(tmp_path, monkeypatch):
         seen.append((batch, before, self.compute_log_probs(batch)))
         return out
 
-    monkeypatch.setattr(phases, "compute_advantage", fixed_advantages)
+    monkeypatch.setattr(credit, "compute_advantage", fixed_advantages)
     monkeypatch.setattr(PolicyWorker, "update", spy)
     run(load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 1), "trainer.use_ray=false",
                                          "trainer.val_before_train=false", "trainer.report=false"]))  # the report's

@@ -11,7 +11,7 @@ import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.agent.layout import ROW_LAYOUTS
-from ragen.trainer.config import ConfigError, build_config
+from ragen.trainer.config.schema import ConfigError, build_config
 from ragen.trainer.layout import LAYOUTS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 from trainer_helpers import PROCESSES, read_metrics, rss_without_growth, tiny_overrides
 
 from ragen.launch import run
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 from ragen.utils.memory import memory_stats, peak_rss_gb, release_free_memory, rss_gb
 
 pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow

@@ -1,12 +1,12 @@
-"""The memory plan (``ragen.trainer.memory_plan``, pure) against hand-computed bytes, and its inputs from a config
-(``ragen.trainer.memory_check``). The command-line path is tests/cli/test_memory_check.py."""
+"""The memory plan (``ragen.trainer.config.memory_plan``, pure) against hand-computed bytes, and its inputs from a
+config (``ragen.trainer.config.memory_checks``). The command-line path is tests/cli/test_memory_check.py."""
 
 from __future__ import annotations
 
 import pytest
 
 from ragen.models.shape import ModelShape
-from ragen.trainer.memory_plan import (
+from ragen.trainer.config.memory_plan import (
     ACTOR_UPDATE,
     CRITIC_UPDATE,
     LOGPROBS,
@@ -137,8 +137,8 @@ def test_inputs_from_the_gpu_recipes():
     """Rows per micro-batch and pass on one rank from the config: search_qa's recipe, 336 rows over 8 ranks in
     micro-batches of 6; RAGEN's PPO recipe, mini-batches of 32 over 8 ranks = 4 rows, 8 x 16 = 128 episodes of which
     the rollout filter keeps 2 groups = 32 rows, 4 per rank."""
-    from ragen.trainer.compose import load_train_config
-    from ragen.trainer.memory_check import memory_inputs
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.memory_checks import memory_inputs
 
     gpu8 = ["trainer=gpu", "trainer.n_gpus_per_node=8"]
     qa = memory_inputs(load_train_config("search_qa_ms_grpo", gpu8), SHAPE, 80.0)
@@ -156,17 +156,17 @@ def test_inputs_from_the_gpu_recipes():
 
 
 def test_gpu_size_is_set_detected_or_assumed_and_said(monkeypatch):
-    from ragen.trainer import memory_check
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config import memory_checks
+    from ragen.trainer.config.compose import load_train_config
 
     cfg = load_train_config("ppo_bandit", ["trainer=gpu"])
-    monkeypatch.setattr(memory_check, "detected_gpu", lambda: None)
-    gib, source = memory_check.gpu_size(cfg)
+    monkeypatch.setattr(memory_checks, "detected_gpu", lambda: None)
+    gib, source = memory_checks.gpu_size(cfg)
     assert gib == 80.0 and source.startswith("ASSUMED: no GPU is visible here; set trainer.gpu_memory_gb")
-    monkeypatch.setattr(memory_check, "detected_gpu", lambda: (139.8, "NVIDIA H200"))
-    assert memory_check.gpu_size(cfg) == (139.8, "detected: NVIDIA H200")
+    monkeypatch.setattr(memory_checks, "detected_gpu", lambda: (139.8, "NVIDIA H200"))
+    assert memory_checks.gpu_size(cfg) == (139.8, "detected: NVIDIA H200")
     cfg = load_train_config("ppo_bandit", ["trainer=gpu", "trainer.gpu_memory_gb=40"])
-    assert memory_check.gpu_size(cfg) == (40.0, "trainer.gpu_memory_gb=40")
+    assert memory_checks.gpu_size(cfg) == (40.0, "trainer.gpu_memory_gb=40")
 
 
 @pytest.mark.parametrize("override,message", [
@@ -174,8 +174,8 @@ def test_gpu_size_is_set_detected_or_assumed_and_said(monkeypatch):
     ("trainer.memory_check=maybe", "trainer.memory_check='maybe' is unknown; use refuse"),
 ])
 def test_bad_memory_keys_name_the_key(override, message):
-    from ragen.trainer.compose import load_train_config
-    from ragen.trainer.config import ConfigError
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.schema import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")):
         load_train_config("ppo_bandit", [override])
@@ -184,8 +184,8 @@ def test_bad_memory_keys_name_the_key(override, message):
 def test_refusal_names_the_knobs_of_its_peak_phase_first():
     """Without checkpointing the update peaks: checkpointing and the micro-batch come first, the engine's share
     last; each named with its current value."""
-    from ragen.trainer.compose import load_train_config
-    from ragen.trainer.memory_check import knobs, memory_inputs
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.memory_checks import knobs, memory_inputs
 
     cfg = load_train_config("ppo_bandit", ["trainer=gpu", "actor.gradient_checkpointing=false",
                                            "critic.gradient_checkpointing=false"])

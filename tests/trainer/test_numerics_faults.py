@@ -8,8 +8,8 @@ import torch
 from trainer_helpers import read_metrics, tiny_init_weights, tiny_overrides
 
 from ragen.trainer import numerics as N
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 from ragen.workers.actor import PolicyWorker
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.save_freq=1",

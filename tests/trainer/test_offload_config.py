@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ragen.trainer.checks import check_offload
-from ragen.trainer.compose import compose, load_train_config, to_train_config
-from ragen.trainer.config import ConfigError
-from ragen.trainer.derived import offload_mode
+from ragen.trainer.config.compose import compose, load_train_config, to_train_config
+from ragen.trainer.config.run_shape import offload_mode
+from ragen.trainer.config.schema import ConfigError
+from ragen.trainer.config.shared_checks import check_offload
 
 
 def _cfg(*overrides):

@@ -16,7 +16,7 @@ from memory_accountant import Accountant
 from trainer_helpers import tiny_overrides
 
 from ragen.trainer import placement
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 # Sizes (any unit) of what each owner would hold on the GPU.
 SIZES = {"actor/params": 10, "actor/grads": 10, "actor/optim": 20, "critic/params": 10, "critic/grads": 10,
@@ -31,7 +31,7 @@ def _run(tmp_path, offload: str) -> dict:
     """Two PPO steps of the bandit config (actor, critic, reference: KL loss) with the accountant around the groups
     and the engine; the workers' offloads move bytes. Returns the accountant, the steps' metrics, the final weights
     and what each worker has offloaded at the end."""
-    from ragen.trainer.ppo_trainer import PPOTrainer
+    from ragen.ppo.trainer import PPOTrainer
 
     acc = Accountant(dict(SIZES))
     cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, STEPS), "trainer.use_ray=false",

@@ -10,8 +10,8 @@ import pytest
 from trainer_helpers import tiny_overrides
 
 from ragen.trainer import builders, placement
-from ragen.trainer.compose import compose, load_train_config, to_train_config
-from ragen.trainer.derived import world_size
+from ragen.trainer.config.compose import compose, load_train_config, to_train_config
+from ragen.trainer.config.run_shape import world_size
 from ragen.trainer.hosted import HostedEngines
 
 GPU8 = ["trainer=gpu"]  # 8 GPUs, world sizes = all (training) GPUs, engine vllm
@@ -164,7 +164,7 @@ def test_every_actor_rank_hosts_one_engine_on_its_own_gpu():
     ([], None),
 ])
 def test_engine_layouts_that_cannot_start_or_would_idle_gpus_are_refused(overrides, refusal):
-    from ragen.trainer.checks import check_engine_placement, check_trainer
+    from ragen.trainer.config.shared_checks import check_engine_placement, check_trainer
 
     cfg = _cfg(*GPU8, *overrides)
     problems = check_engine_placement(cfg)
@@ -338,7 +338,7 @@ def test_separate_engine_nccl_group_and_sync_with_fakes():
 def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_path, monkeypatch):
     """The engine the actor's rank hosts sees the step's schedule (recorded inside the worker)."""
     import ragen.rollout
-    from ragen.trainer.ppo_trainer import PPOTrainer
+    from ragen.ppo.trainer import PPOTrainer
 
     real_make = ragen.rollout.make_engine
     recorders = []

@@ -15,8 +15,8 @@ from trainer_helpers import read_metrics, tiny_overrides
 
 from ragen import plugins
 from ragen.launch import validate
-from ragen.trainer.compose import load_train_config, prepare_from_argv, to_train_config
-from ragen.trainer.config import ConfigError, EnvSection
+from ragen.trainer.config.compose import load_train_config, prepare_from_argv, to_train_config
+from ragen.trainer.config.schema import ConfigError, EnvSection
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "GUESS_PLUGIN_MARKER"  # the plugin appends "<event> <pid>" lines to this file (import, estimator calls)

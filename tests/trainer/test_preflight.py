@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 
 from ragen.launch import validate
-from ragen.trainer import preflight
-from ragen.trainer.compose import compose, to_train_config
-from ragen.trainer.config import SECTIONS, ConfigError
+from ragen.trainer.config import preflight
+from ragen.trainer.config.compose import compose, to_train_config
+from ragen.trainer.config.schema import SECTIONS, ConfigError
 
 PINNED = ["rollout.n_groups=4", "rollout.group_size=4", "actor.mini_batch_size=8", "actor.micro_batch_size=2",
           "critic.mini_batch_size=8", "critic.micro_batch_size=2"]
@@ -20,7 +20,7 @@ def _cfg(*overrides):
 
 def test_every_check_declares_keys_that_exist_and_dependencies_that_are_registered():
     import ragen.archer.main  # noqa: F401  (registers the ArCHer family's checks)
-    import ragen.trainer.validate  # noqa: F401  (registers the PPO family's checks)
+    import ragen.trainer.config.ppo_checks  # noqa: F401  (registers the PPO family's checks)
 
     names = set(preflight.CHECKS)
     assert {"env", "trainer", "world_sizes", "groups", "agent_config", "env_mix", "algorithm", "inert", "batches",
@@ -146,8 +146,8 @@ def test_an_engine_registered_in_one_place_is_accepted_and_built(fake_engine, ch
 def test_a_section_names_every_bad_value_at_once_from_its_one_rule_function():
     """A section's value rules are one function: the dataclass raises all its problems (a config built from the
     command line or in Python), and the registry lists the same function."""
-    from ragen.trainer.compose import load_train_config
-    from ragen.trainer.config import TrainerSection, trainer_problems
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.schema import TrainerSection, trainer_problems
 
     with pytest.raises(ConfigError) as info:
         load_train_config("base", ["trainer.max_restarts=-1", "trainer.placement_timeout_s=0"])
@@ -155,7 +155,7 @@ def test_a_section_names_every_bad_value_at_once_from_its_one_rule_function():
     assert "trainer.max_restarts must be >= 0" in text and "trainer.placement_timeout_s must be > 0 seconds" in text
     with pytest.raises(ValueError, match="trainer.max_restarts must be >= 0.*; trainer.placement_timeout_s"):
         TrainerSection(max_restarts=-1, placement_timeout_s=0)
-    import ragen.trainer.checks  # noqa: F401  (registers the section checks)
+    import ragen.trainer.config.shared_checks  # noqa: F401  (registers the section checks)
 
     values = SimpleNamespace(**{**asdict(TrainerSection()), "max_restarts": -2})  # as the dataclass would hold
     assert trainer_problems(values) == preflight.CHECKS["trainer_values"].fn(SimpleNamespace(trainer=values)) == [

@@ -31,7 +31,7 @@ import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
 
 from ragen.launch import run
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = ["trainer.use_ray=true", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false"]

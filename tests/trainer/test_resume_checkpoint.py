@@ -9,8 +9,8 @@ import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_overrides
 
 from ragen.launch import run
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.ppo_trainer import PPOTrainer
+from ragen.ppo.trainer import PPOTrainer
+from ragen.trainer.config.compose import load_train_config
 from ragen.utils.checkpoint import latest_checkpoint
 
 pytestmark = pytest.mark.slow  # multi-process or minutes-long: bash scripts/test.sh -m slow

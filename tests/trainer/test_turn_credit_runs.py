@@ -15,9 +15,9 @@ from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import compute_advantage
 from ragen.launch import run, validate
 from ragen.models import load_tokenizer
-from ragen.trainer import phases
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.turn_layout import turn_layout_advantages
+from ragen.trainer import credit
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.layout import turn_layout_advantages
 
 RUNS = ("ms_grpo", "ms_po", "grpo_outcome", "grpo_step")
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "rollout.val_n_groups=1"]
@@ -56,7 +56,7 @@ def _batch() -> RolloutBatch:
 
 
 def test_without_step_rewards_takes_each_turns_step_reward_off_its_last_token():
-    out = phases.without_step_rewards(_batch())
+    out = credit.without_step_rewards(_batch())
     expected = torch.zeros(2, 6)
     expected[0, 2], expected[0, 5] = 0.5, 1.2  # 0.7 - 0.2, 1.2 - 0.0; row 1: 0.3 - 0.3
     torch.testing.assert_close(out.token_rewards, expected)
@@ -95,12 +95,12 @@ def test_tool_results_reach_ms_grpo_and_ms_po_in_both_layouts(fake_engine):
     # the env's flags, per turn: the search turn received a tool result, answers did not
     assert traj.tool_results.tolist() == [[True, False], [True, False], [False, False], [False, False]]
     assert traj.num_turns.tolist() == [2, 2, 1, 1]
-    inputs = phases.advantage_inputs(traj, None, None, None)
+    inputs = credit.advantage_inputs(traj, None, None, None)
     assert torch.equal(inputs.tool_results, traj.tool_results)
     first_rows = turn.turn_index == 0
     assert turn.tool_results[first_rows].tolist() == traj.tool_results.tolist()
     for name in ("ms_grpo", "ms_po"):
-        a1, _ = phases.advantages(name, traj, None)
+        a1, _ = credit.advantages(name, traj, None)
         a2, _ = turn_layout_advantages(name, turn, None)
         e1 = _episode_tokens(traj, a1, list(range(traj.batch_size)))
         e2 = _episode_tokens(turn, a2, turn.episode_index.tolist())

@@ -10,9 +10,9 @@ from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, register_estimator
 from ragen.launch import run
 from ragen.models import load_tokenizer
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.phases import advantages, filter_groups_by_std
-from ragen.trainer.turn_layout import pad_rows, row_multiple, turn_layout_advantages
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.credit import advantages, filter_groups_by_std
+from ragen.trainer.layout import pad_rows, row_multiple, turn_layout_advantages
 from ragen.workers.data import TrainBatch
 
 TEXTS = ["<answer>Right</answer>", "<answer>Down</answer>", "nonsense", "<answer>Up</answer>"]

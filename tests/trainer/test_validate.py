@@ -9,8 +9,8 @@ import torch
 from ragen.algorithms import ADVANTAGE_ESTIMATORS, compute_advantage
 from ragen.algorithms.reference import random_inputs
 from ragen.launch import validate
-from ragen.trainer.compose import compose, load_train_config, to_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import compose, load_train_config, to_train_config
+from ragen.trainer.config.schema import ConfigError
 
 CASES = [
     # (overrides, text the message must contain)
@@ -113,7 +113,7 @@ def _with_pinned(overrides: list[str]) -> list[str]:
 
 @pytest.mark.parametrize(("overrides", "message"), CASES, ids=[" ".join(o) for o, _ in CASES])
 def test_rule_message(overrides, message):
-    from ragen.trainer.inert import command_line_keys, explicit_keys
+    from ragen.trainer.config.unread_keys import command_line_keys, explicit_keys
 
     cfg = to_train_config(compose("base", _with_pinned(overrides)))
     with explicit_keys(command_line_keys(overrides)):  # as `ragen train` checks a command line
@@ -191,8 +191,8 @@ def test_credit_rule_message(overrides, message):
     test_rule_message(overrides, message)
 
 
-# Values that change nothing in their configuration (ragen.trainer.inert, and the envs' own checks): each is refused,
-# naming the key and what makes it inert; tests/liveness shows each changes no number.
+# Values that change nothing in their configuration (ragen.trainer.config.unread_keys, and the envs' own checks): each
+# is refused, naming the key and what makes it inert; tests/liveness shows each changes no number.
 INERT_CASES = [
     (["algorithm=grpo", "algorithm.lam=0.9"], "algorithm.lam=0.9 has no effect: algorithm.estimator='grpo' does not "
                                              "read it"),
@@ -257,7 +257,7 @@ def test_inert_value_message(overrides, message):
 
 def test_prompt_budget_counts_prompt_and_observation_tokens():
     """The estimate grows with the env's texts: a longer first prompt (system prompt) alone can break the budget."""
-    from ragen.trainer.derived import trajectory_token_estimate
+    from ragen.trainer.config.run_shape import trajectory_token_estimate
 
     cfg = to_train_config(compose("base", _with_pinned(["env=frozen_lake"])))
     est = trajectory_token_estimate(cfg)
@@ -273,7 +273,7 @@ def test_prompt_budget_counts_prompt_and_observation_tokens():
 def test_worker_total_steps_derived_from_trainer_steps():
     """``actor.total_steps: null`` = trainer.total_steps x optimizer steps per trainer step (the cosine schedule's
     horizon); an explicit value is kept, and the frozen config itself is not touched."""
-    from ragen.trainer.derived import actor_worker_config, critic_worker_config
+    from ragen.trainer.config.run_shape import actor_worker_config, critic_worker_config
 
     cfg = to_train_config(compose("base", _with_pinned(["trainer.total_steps=7", "actor.ppo_epochs=2",
                                                         "critic.mini_batch_size=4", "trainer.critic_warmup=2"])))
@@ -342,7 +342,7 @@ def test_a_recipes_critic_settings_stay_valid_when_the_command_switches_to_a_cri
     # ppo_bandit's recipe gives its shared value head critic.lr=5e-4; `bash train_ppo.sh algorithm=grpo` must run, and
     # a critic.lr typed on the same command line must be refused (the command line's keys: explicit_keys)
     from ragen.launch import validate
-    from ragen.trainer.inert import command_line_keys, explicit_keys
+    from ragen.trainer.config.unread_keys import command_line_keys, explicit_keys
 
     switch = ["algorithm=grpo", "rollout.group_size=8"]
     cfg = load_train_config("ppo_bandit", switch)

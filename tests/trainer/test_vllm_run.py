@@ -18,7 +18,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here; build its env wi
 from trainer_helpers import read_metrics, tiny_overrides  # noqa: E402
 
 from ragen.launch import run  # noqa: E402
-from ragen.trainer.compose import load_train_config  # noqa: E402
+from ragen.trainer.config.compose import load_train_config  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 GAP = 2e-3  # fp32 vLLM kernels against the fp32 trainer forward (summation order)

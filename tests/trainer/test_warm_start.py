@@ -12,8 +12,8 @@ import torch
 from trainer_helpers import assert_all_finite, load_actor_weights, read_metrics, tiny_init_weights, tiny_overrides
 
 from ragen.launch import run, validate
-from ragen.trainer.compose import load_train_config
-from ragen.trainer.config import ConfigError
+from ragen.trainer.config.compose import load_train_config
+from ragen.trainer.config.schema import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 WARM = ["trainer.use_ray=false", "env=delayed_choice", "trainer.sft_warmup_steps=2", "sft.lr=1e-2", "sft.noise=0",

@@ -1,6 +1,7 @@
-"""Every worker computes on the run's device (``trainer.device``, resolved by ``ragen.trainer.derived.device``), also
-``cpu`` on a machine where CUDA is visible. CUDA is faked (``torch.cuda.is_available`` answers True, ``set_device``
-records its device), so this runs on any machine: a worker that took CUDA would fail on a CPU-only torch build."""
+"""Every worker computes on the run's device (``trainer.device``, resolved by
+``ragen.trainer.config.run_shape.device``), also ``cpu`` on a machine where CUDA is visible. CUDA is faked
+(``torch.cuda.is_available`` answers True, ``set_device`` records its device), so this runs on any machine: a worker
+that took CUDA would fail on a CPU-only torch build."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from trainer_helpers import tiny_overrides
 
 from ragen.trainer import builders
-from ragen.trainer.compose import compose, to_train_config
+from ragen.trainer.config.compose import compose, to_train_config
 from ragen.workers import dist as D
 
 

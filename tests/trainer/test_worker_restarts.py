@@ -8,7 +8,7 @@ import pytest
 from trainer_helpers import tiny_overrides
 
 from ragen.launch import run
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 from ragen.workers.group import LocalWorkerGroup, WorkerFailure
 
 FAST = ["trainer.use_ray=false", "trainer.val_before_train=false", "trainer.val_freq=0", "trainer.report=false",
@@ -52,7 +52,7 @@ def test_a_restart_from_every_phase_of_a_step_continues_the_run(tmp_path, monkey
     """Each of the step's worker calls fails once (a dead worker), one after another: every restart rebuilds the
     groups and their hosted engines (new, asleep) and the run goes on to its last step, whatever phase failed:
     nothing is left asleep or half-woken that the next rollout or sync would trip over."""
-    from ragen.trainer.ppo_trainer import PPOTrainer
+    from ragen.ppo.trainer import PPOTrainer
 
     real_call, real_each, real_advance = LocalWorkerGroup.call, LocalWorkerGroup.call_each, PPOTrainer._advance
     failed, in_step = [], [False]

@@ -40,7 +40,7 @@ def tiny_init_weights() -> dict:
     from safetensors.torch import load_file
 
     from ragen.trainer.builders import prepare_model
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     path, _ = prepare_model(load_train_config("base", ["model=tiny"]))
     weights = {}

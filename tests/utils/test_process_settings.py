@@ -16,7 +16,7 @@ import pytest
 from mallinfo_probe import MMAP_BLOCK_PROBE
 
 from ragen.trainer import builders
-from ragen.trainer.compose import load_train_config
+from ragen.trainer.config.compose import load_train_config
 
 PROBE = """
 import ctypes, importlib.abc, os, sys

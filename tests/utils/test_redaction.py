@@ -42,7 +42,7 @@ def test_tiny_run_writes_no_secret(tmp_path, monkeypatch, capfd):
     from trainer_helpers import tiny_overrides
 
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
 
     for k, v in FAKE.items():
         monkeypatch.setenv(k, v)

@@ -134,7 +134,7 @@ def test_every_entry_config_disables_hydra_dumps():
     Hydra log file (a config that set its own hydra keys could bring them back)."""
     from hydra import compose, initialize_config_dir
 
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.config.compose import config_dir
 
     names = sorted(p.stem for p in Path(config_dir()).glob("*.yaml"))
     assert len(names) > 10

@@ -64,7 +64,7 @@ def test_sft_on_the_ref_role_raises(model_dir):
 def test_sft_lr_end_decays_linearly_over_the_calls_optimizer_steps(model_dir):
     """lr_end: optimizer step i of n runs at lr + (lr_end - lr) * i / n; two calls continuing one decay (the warm
     start's ``sft_rates``) give one linear decay; the RL rate is restored afterwards."""
-    from ragen.trainer.config import SftSection
+    from ragen.trainer.config.schema import SftSection
     from ragen.trainer.warm_start import sft_rates
 
     cfg = ActorConfig(lr=1e-6, mini_batch_size=2, micro_batch_size=2, mixed_precision="fp32")

@@ -113,7 +113,7 @@ def test_engine_nccl_and_start_hangs_are_named_not_waited_for(ray_here):
     ``WorkerFailure`` naming who and what (before: a bare ``ray.get`` with no timeout, or a raw Ray error)."""
     ray = ray_here
     from ragen.trainer import placement
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
     from ragen.workers import WorkerGroup
 
     cfg = load_train_config("base", ["trainer.worker_call_timeout_s=1.5"])
@@ -170,7 +170,7 @@ def test_driver_names_phase_step_and_resumable_checkpoint(tmp_path, monkeypatch)
     from trainer_helpers import tiny_overrides
 
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
     from ragen.utils.checkpoint import resolve_resume
     from ragen.workers.group import LocalWorkerGroup
 
@@ -210,7 +210,7 @@ def test_validation_and_warm_start_failures_name_their_phase(tmp_path, monkeypat
     from trainer_helpers import tiny_overrides
 
     from ragen.launch import run
-    from ragen.trainer.compose import load_train_config
+    from ragen.trainer.config.compose import load_train_config
     from ragen.workers.group import LocalWorkerGroup
 
     real = LocalWorkerGroup.call

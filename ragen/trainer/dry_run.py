@@ -1,12 +1,12 @@
 """The dry run (``trainer.dry_run=true``, ``ragen train --check``): check everything, print the plan, start nothing.
 
 :func:`dry_run` validates the config (``ragen.launch.validate``: the PPO family's checks or the ArCHer family's),
-runs the pre-start checks (``ragen.trainer.prestart``: the model's config and tokenizer without weights, the output
-folder, each env built once) and returns the plan: the start-up block a real run prints (``builders.startup_block``)
-plus the tokenizer, devices and GPUs, Ray, the batch arithmetic (groups x group size = episodes, rows, mini / micro
-batches, optimizer steps per step and in total), on GPUs the memory plan of one GPU per phase of a step
-(``ragen.trainer.memory_check``), the agent's token budgets, validation and what the output folder holds. No
-worker, Ray, engine or file is created.
+runs the pre-start checks (``ragen.trainer.config.resource_checks``: the model's config and tokenizer without weights,
+the output folder, each env built once) and returns the plan: the start-up block a real run prints
+(``builders.startup_block``) plus the tokenizer, devices and GPUs, Ray, the batch arithmetic (groups x group size =
+episodes, rows, mini / micro batches, optimizer steps per step and in total), on GPUs the memory plan of one GPU per
+phase of a step (``ragen.trainer.config.memory_checks``), the agent's token budgets, validation and what the output
+folder holds. No worker, Ray, engine or file is created.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from ragen.trainer import builders, derived, env_mix
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.config_archer import uses_critic
+from ragen.trainer import builders
+from ragen.trainer.config import env_mix, run_shape
+from ragen.trainer.config.archer_schema import uses_critic
+from ragen.trainer.config.resource_checks import ModelCheck, check_before_start, saved_config
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.layout import layout_of
-from ragen.trainer.prestart import ModelCheck, check_before_start, saved_config
 
 
 def dry_run(cfg: TrainConfig, check: Callable[[TrainConfig], None]) -> str:
@@ -42,40 +43,40 @@ def plan_text(cfg: TrainConfig, model: ModelCheck) -> str:
 
 
 def devices_line(cfg: TrainConfig) -> str:
-    dev, tr = derived.device(cfg), cfg.trainer
+    dev, tr = run_shape.device(cfg), cfg.trainer
     if dev != "cuda":
         threads = builders.worker_threads(cfg)
         return f"[ragen] devices   cpu, no GPUs; {threads} torch thread(s) per worker rank"
-    v, engine_gpus = cfg.rollout.vllm, derived.engine_gpus(cfg)
-    text = (f"[ragen] devices   cuda, {derived.total_gpus(cfg)} GPU(s) = trainer.n_gpus_per_node={tr.n_gpus_per_node}"
+    v, engine_gpus = cfg.rollout.vllm, run_shape.engine_gpus(cfg)
+    text = (f"[ragen] devices   cuda, {run_shape.total_gpus(cfg)} GPU(s) = trainer.n_gpus_per_node={tr.n_gpus_per_node}"
             f" x trainer.nnodes={tr.nnodes}; rank r of every role on GPU r")
     if cfg.rollout.engine == "vllm":
         where = (f"{engine_gpus} GPU(s) of its own" if engine_gpus else "colocated on the training GPUs, one in "
-                 f"each of the {derived.world_size(cfg, 'actor')} actor ranks, sleep mode "
+                 f"each of the {run_shape.world_size(cfg, 'actor')} actor ranks, sleep mode "
                  f"{'on' if v.enable_sleep_mode else 'off'}")
         text += (f"; vllm engine {where}, tensor_parallel_size {v.tensor_parallel_size}, gpu_memory_utilization "
                  f"{v.gpu_memory_utilization}")
         if importlib.util.find_spec("vllm") is None:  # planning from a machine without GPUs (checks refuse it on one)
             text += "; vllm is not installed here: the GPU machines need pip install -e .[gpu] (vllm==0.32.0)"
-    mode = derived.offload_mode(cfg)
+    mode = run_shape.offload_mode(cfg)
     state = "in host memory" if mode == "phase" else "on the GPUs"
     return text + f"; training state {state} while the engine is awake (trainer.offload={tr.offload}: {mode})"
 
 
 def memory_lines(cfg: TrainConfig, model: ModelCheck) -> list[str]:
     """The memory plan of one GPU (PPO family on cuda, with the model's sizes), else nothing."""
-    from ragen.trainer import memory_check
+    from ragen.trainer.config import memory_checks
 
-    if model.shape is None or not memory_check.applies(cfg):
+    if model.shape is None or not memory_checks.applies(cfg):
         return []
-    return memory_check.memory_lines(cfg, *memory_check.memory_plan(cfg, model.shape))
+    return memory_checks.memory_lines(cfg, *memory_checks.memory_plan(cfg, model.shape))
 
 
 def ray_line(cfg: TrainConfig) -> str:
     if not cfg.trainer.use_ray:
         return "[ragen] ray       not used: the workers run in this process (trainer.use_ray=false)"
     address = builders.ray_address(cfg)
-    ranks = sum(derived.world_size(cfg, r) for r in _roles(cfg))
+    ranks = sum(run_shape.world_size(cfg, r) for r in _roles(cfg))
     where = f"joins the cluster at {address}" if address else "starts a local Ray"
     return f"[ragen] ray       {where}; {ranks} worker rank(s), {cfg.trainer.cpus_per_worker} CPU each"
 
@@ -83,8 +84,9 @@ def ray_line(cfg: TrainConfig) -> str:
 def batch_lines(cfg: TrainConfig) -> list[str]:
     """Episodes and rows per step, then per trained role: mini-batches, micro-batches and optimizer steps."""
     ro, groups = cfg.rollout, env_mix.n_train_groups(cfg)
-    episodes, kept = groups * ro.group_size, derived.train_batch_size(cfg)
-    filtered = f", rollout filter keeps {derived.kept_groups(cfg)} groups = {kept} episodes" if kept != episodes else ""
+    episodes, kept = groups * ro.group_size, run_shape.train_batch_size(cfg)
+    filtered = (f", rollout filter keeps {run_shape.kept_groups(cfg)} groups = {kept} episodes"
+                if kept != episodes else "")
     layout, turns = layout_of(cfg), env_mix.max_turns(cfg)
     max_rows, rows = layout.rows.max_rows(kept, turns), layout.rows_text(kept, turns)
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]
@@ -96,16 +98,16 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
                    f"{total} optimizer steps; lr {sft.lr:g} ({sft.lr_schedule}), expert noise {sft.noise}")
     if cfg.algorithm.name != "ppo" or cfg.trainer.total_steps == 0:
         return out
-    trained = ["actor"] + (["critic"] if derived.critic_worker_needed(cfg) else [])
+    trained = ["actor"] + (["critic"] if run_shape.critic_worker_needed(cfg) else [])
     for role in trained:
         section = cfg.actor if role == "actor" else cfg.critic
-        ws = derived.world_size(cfg, role)
+        ws = run_shape.world_size(cfg, role)
         per_rank = section.mini_batch_size // max(1, ws)
         accum = max(1, math.ceil(per_rank / section.micro_batch_size))
-        per_step = derived.optimizer_steps_per_trainer_step(cfg, role)
+        per_step = run_shape.optimizer_steps_per_trainer_step(cfg, role)
         out.append(f"[ragen] {role:<9} mini-batch {section.mini_batch_size} rows -> {per_step} optimizer step(s) per "
                    f"step ({section.ppo_epochs} epoch(s)); micro-batch {section.micro_batch_size} per rank x {ws} "
-                   f"rank(s) -> {accum} accumulation step(s); {derived.worker_total_steps(cfg, role)} optimizer "
+                   f"rank(s) -> {accum} accumulation step(s); {run_shape.worker_total_steps(cfg, role)} optimizer "
                    f"steps in total; lr {section.lr:g} ({section.lr_schedule})")
     return out
 
@@ -144,5 +146,5 @@ def output_line(cfg: TrainConfig) -> str:
 def _roles(cfg: TrainConfig) -> list[str]:
     if cfg.algorithm.name != "ppo":
         return ["actor"] + (["critic"] if uses_critic(cfg.algorithm.name) else [])
-    return (["actor"] + (["critic"] if derived.critic_worker_needed(cfg) else [])
-            + (["ref"] if derived.needs_ref(cfg) else []))
+    return (["actor"] + (["critic"] if run_shape.critic_worker_needed(cfg) else [])
+            + (["ref"] if run_shape.needs_ref(cfg) else []))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ragen.trainer.config import ConfigError, TrainConfig, build_config
+from ragen.trainer.config.schema import ConfigError, TrainConfig, build_config
 
 CONFIG_PACKAGE = "ragen_config"  # the installed copy of config/ (setup.py maps the package to that folder)
 # Mappings whose keys are the user's own, not the schema's (an estimator's hyperparameters): Hydra's struct mode takes
@@ -21,7 +21,7 @@ def config_dir() -> Path:
     env = os.environ.get("RAGEN_CONFIG_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    checkout = Path(__file__).resolve().parents[2] / "config"
+    checkout = Path(__file__).resolve().parents[3] / "config"
     if (checkout / "base.yaml").is_file():
         return checkout
     import importlib.util

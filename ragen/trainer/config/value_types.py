@@ -1,4 +1,4 @@
-"""Type checks of config values against the schema's field annotations (``ragen.trainer.config``): a value of the
+"""Type checks of config values against the schema's field annotations (``ragen.trainer.config.schema``): a value of the
 wrong type is reported by key (``trainer.total_steps='abc' has the wrong type: expected int``) before any section's
 own checks run; YAML ints are turned into floats where a field is a float."""
 

@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from ragen.agent.layout import row_layout
-from ragen.trainer.config import TrainConfig
+from ragen.trainer.config.schema import TrainConfig
 from ragen.workers.config import ActorConfig, CriticConfig, SharedValueHead
 
 # Estimators that normalise within env groups and so need group_size >= 2.
@@ -112,8 +112,8 @@ def world_size(cfg: TrainConfig, role: str) -> int:
 
 def kept_groups(cfg: TrainConfig) -> int:
     """Groups kept after rollout filtering: ``ceil(rollout_filter_ratio * n_groups)`` (at least 1), ``n_groups``
-    summed over the training envs (``ragen.trainer.env_mix``)."""
-    from ragen.trainer.env_mix import n_train_groups
+    summed over the training envs (``ragen.trainer.config.env_mix``)."""
+    from ragen.trainer.config.env_mix import n_train_groups
 
     return max(1, math.ceil(cfg.algorithm.rollout_filter_ratio * n_train_groups(cfg) - 1e-9))
 
@@ -133,7 +133,7 @@ def optimizer_steps_per_trainer_step(cfg: TrainConfig, role: str) -> int:
     final rate.
     """
     section = cfg.actor if role == "actor" else cfg.critic
-    from ragen.trainer.env_mix import max_turns
+    from ragen.trainer.config.env_mix import max_turns
 
     rows = row_layout(cfg.agent.layout).max_rows(train_batch_size(cfg), max_turns(cfg))
     return section.ppo_epochs * max(1, math.ceil(rows / section.mini_batch_size))

@@ -16,7 +16,7 @@ hosts one (``ragen.trainer.placement``; a vLLM engine on GPUs of its own is the 
 and loads its weights from its own shards. The driver only moves prompts, samples, batches and metrics. The config
 is frozen; everything that changes during training (step, RNG, seed counters) is trainer state, saved with every
 checkpoint. A dead worker stops the run naming the worker and phase, or, with ``trainer.max_restarts``, the worker
-groups (and the engines they host) are rebuilt from the last checkpoint (``ragen.trainer.restarts``).
+groups (and the engines they host) are rebuilt from the last checkpoint (``ragen.ppo.restarts``).
 """
 
 from __future__ import annotations
@@ -32,14 +32,16 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ragen.agent.batch import episode_records, failed_episode_records
+from ragen.ppo import report
+from ragen.ppo.restarts import InitialState, rebuild_workers, rewind
+from ragen.ppo.truncation import bootstrap_values
 from ragen.report import Credit, build_report, pending_steps
-from ragen.trainer import builders, numerics, phases, placement, report_phase, step_memory, turn_layout
-from ragen.trainer.bootstrap import bootstrap_values
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.derived import engine_gpus, uses_kl, world_size
+from ragen.trainer import builders, credit, layout, numerics, placement, step_memory
+from ragen.trainer.config.run_shape import engine_gpus, uses_kl, world_size
+from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.hosted import HostedEngines
 from ragen.trainer.layout import layout_of
-from ragen.trainer.restarts import InitialState, rebuild_workers, rewind
+from ragen.trainer.metrics import batch_metrics, logprob_gap_metrics, perf_metrics
 from ragen.trainer.run import Run
 from ragen.trainer.state import rng_preserved
 from ragen.trainer.warm_start import run_warm_start
@@ -48,7 +50,7 @@ from ragen.utils.checkpoint import checkpoint_step, latest_checkpoint
 from ragen.utils.hardware import resolve_dtype
 from ragen.utils.memory import PHASE_MEMORY
 from ragen.utils.timing import timed
-from ragen.utils.tracking import bar_postfix
+from ragen.utils.tracking import bar_postfix, write_jsonl
 from ragen.workers.group import WorkerFailure
 
 
@@ -68,7 +70,7 @@ class PPOTrainer:
         self.engine_spec: Any = None  # the engine each actor rank hosts (None: the engine lives elsewhere)
         self.phase = "setup"  # the running phase, named when a worker fails
         self._updating = False  # a step (or the warm start) has begun changing the weights: no checkpoint until done
-        self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.trainer.restarts)
+        self.restarts = 0  # worker groups rebuilt after a worker died (trainer.max_restarts, ragen.ppo.restarts)
         self.placement_group: Any = None
         self.initial_state: InitialState | None = None  # where a restart before the first checkpoint goes back to
         self.resumed_from: Path | None = None
@@ -191,7 +193,7 @@ class PPOTrainer:
 
     def restart(self, failure: Exception) -> None:
         """After a dead worker (``failure``), with ``trainer.max_restarts`` left: rebuild every worker group and
-        continue from the last complete checkpoint (``ragen.trainer.restarts``); counted in ``restarts``."""
+        continue from the last complete checkpoint (``ragen.ppo.restarts``); counted in ``restarts``."""
         cfg = self.cfg
         self.restarts += 1
         console.say(f"[ragen] {failure}\n[ragen] restart {self.restarts}/{cfg.trainer.max_restarts}: rebuilding the "
@@ -238,10 +240,10 @@ class PPOTrainer:
         metrics.update(self._seed_metrics(batch))
         errors = failed_episode_records(batch, run.step + 1)
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
-            phases.write_jsonl(run.dir / "env_errors.jsonl", errors, append=True)
+            write_jsonl(run.dir / "env_errors.jsonl", errors, append=True)
         self.failed_steps.record(run.step + 1, batch.episodes)  # every episode failing, step after step: stop
         with self._timed("filter", t):
-            batch, filter_metrics = phases.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
+            batch, filter_metrics = credit.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
         metrics.update(filter_metrics)
         tb = self.layout.train_batch(batch)
         n_real = tb.batch_size
@@ -253,8 +255,8 @@ class PPOTrainer:
                 old_lp, values, _ = actor.call("compute_log_probs_and_values", tb)
             else:
                 old_lp = actor.call("compute_log_probs", tb)
-        metrics.update(phases.logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
-        correction = phases.rollout_correction(cfg.algorithm.rollout_correction, batch, old_lp[:n_real])
+        metrics.update(logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
+        correction = credit.rollout_correction(cfg.algorithm.rollout_correction, batch, old_lp[:n_real])
         metrics.update(correction.metrics)
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
@@ -269,13 +271,13 @@ class PPOTrainer:
                 boot = bootstrap_values(value_group, batch, run.proxy.pad_id, self.row_multiple())
         with self._timed("advantages", t):
             real_values = None if values is None else values[:n_real]
-            adv, ret, kl_metrics = phases.step_credit(
+            adv, ret, kl_metrics = credit.step_credit(
                 cfg.algorithm, self.layout.advantages, batch, real_values, boot, old_lp[:n_real],
                 None if ref_lp is None else ref_lp[:n_real])
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
             with self._timed("report_samples", t):
-                report_phase.save_train_samples(self.run, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
+                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
                                                 run.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
@@ -297,12 +299,12 @@ class PPOTrainer:
             placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
         self.skips.record(run.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
-        metrics.update(phases.batch_metrics(batch, adv, ret, real_values))
+        metrics.update(batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
         if self._report_seconds is not None:
             metrics["timing/report"], self._report_seconds = self._report_seconds, None
-        metrics.update(phases.perf_metrics(batch, step_s, t))
+        metrics.update(perf_metrics(batch, step_s, t))
         metrics.update(step_memory.step_metrics(run.workers, offload))
         return metrics
 
@@ -368,7 +370,7 @@ class PPOTrainer:
         sizes = [cfg.actor.mini_batch_size, *(world_size(cfg, r) for r in ("actor", "critic", "ref"))]
         if self.run.workers.get("critic") is not None:
             sizes.append(cfg.critic.mini_batch_size)
-        return turn_layout.row_multiple(*sizes)
+        return layout.row_multiple(*sizes)
 
     @staticmethod
     def _seed_metrics(batch) -> dict[str, float]:
@@ -387,10 +389,10 @@ class PPOTrainer:
         records = episode_records(batch)
         if self.cfg.trainer.report and self.cfg.trainer.report_val_samples != 0:  # + token rows with log-probs,
             with rng_preserved(), self._timed("val_credit", t):  # values and advantages, for the step page
-                records = report_phase.val_records(self.run, batch, self.row_multiple())
-        phases.write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl", records)
+                records = report.val_records(self.run, batch, self.row_multiple())
+        write_jsonl(self.run.dir / "val_rollouts" / f"step_{self.run.step}{suffix}.jsonl", records)
         out = {f"val/{k}": v for k, v in batch.metrics.items()}
-        out["val/reward/mean"] = float(phases.trajectory_rewards(batch).mean())
+        out["val/reward/mean"] = float(credit.trajectory_rewards(batch).mean())
         out.update({f"timing/{k}": v for k, v in t.items()})
         return out
 
@@ -429,10 +431,10 @@ class PPOTrainer:
 
 
 def run(cfg: TrainConfig) -> dict[str, float]:
-    """The PPO family's job: validate ``cfg`` (``ragen.trainer.validate.validate_ppo``, before anything starts), then
-    train, or evaluate when ``trainer.val_only``; returns the final metrics. Workers, Ray (when this call started
-    it) and loggers are shut down even on errors. ``ragen.launch.run`` calls it for ``algorithm.name=ppo``."""
-    from ragen.trainer.validate import validate_ppo
+    """The PPO family's job: validate ``cfg`` (``ragen.trainer.config.ppo_checks.validate_ppo``, before anything
+    starts), then train, or evaluate when ``trainer.val_only``; returns the final metrics. Workers, Ray (when this call
+    started it) and loggers are shut down even on errors. ``ragen.launch.run`` calls it for ``algorithm.name=ppo``."""
+    from ragen.trainer.config.ppo_checks import validate_ppo
 
     validate_ppo(cfg)
     trainer = PPOTrainer(cfg)

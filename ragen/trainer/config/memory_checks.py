@@ -1,5 +1,5 @@
-"""The memory plan of a GPU run from its config (``ragen.trainer.memory_plan``), the GPU's size, and the refusal of a
-plan that cannot fit, before any worker starts.
+"""The memory plan of a GPU run from its config (``ragen.trainer.config.memory_plan``), the GPU's size, and the refusal
+of a plan that cannot fit, before any worker starts.
 
 Runs for the PPO family on ``cuda`` (the pre-start checks of a real run and of ``--check``, ``ragen.trainer.
 prestart``), with the model's sizes read from its config. The GPU's size: ``trainer.gpu_memory_gb`` (GiB, as
@@ -16,9 +16,8 @@ import math
 
 from ragen.agent.layout import row_layout
 from ragen.models.shape import ModelShape
-from ragen.trainer import derived, env_mix
-from ragen.trainer.config import TrainConfig
-from ragen.trainer.memory_plan import (
+from ragen.trainer.config import env_mix, run_shape
+from ragen.trainer.config.memory_plan import (
     ACTOR_UPDATE,
     CRITIC_UPDATE,
     ROLLOUT,
@@ -29,6 +28,7 @@ from ragen.trainer.memory_plan import (
     plan_lines,
     plan_memory,
 )
+from ragen.trainer.config.schema import TrainConfig
 from ragen.utils.hardware import resolve_dtype, resolve_precision
 
 ASSUMED_GPU_GIB = 80.0
@@ -38,7 +38,7 @@ ENGINE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 def applies(cfg: TrainConfig) -> bool:
     """The plan is made for PPO-family runs on GPUs."""
-    return cfg.algorithm.name == "ppo" and derived.device(cfg) == "cuda"
+    return cfg.algorithm.name == "ppo" and run_shape.device(cfg) == "cuda"
 
 
 def detected_gpu() -> tuple[float, str] | None:
@@ -69,7 +69,7 @@ def _rows(mini: int, micro: int, world: int) -> int:
 
 def _infer_rows(cfg: TrainConfig, infer: int | None, micro: int, world: int) -> int:
     """Rows of one no-grad pass on one rank: the pass's chunk, unless the rank holds fewer rows."""
-    rows = row_layout(cfg.agent.layout).max_rows(derived.train_batch_size(cfg), env_mix.max_turns(cfg))
+    rows = row_layout(cfg.agent.layout).max_rows(run_shape.train_batch_size(cfg), env_mix.max_turns(cfg))
     return max(1, min(infer or micro, math.ceil(rows / max(1, world))))
 
 
@@ -80,23 +80,23 @@ def _compute_bytes(setting: str) -> int:
 def role_loads(cfg: TrainConfig, shape: ModelShape) -> tuple[RoleLoad, RoleLoad | None, int | None]:
     """(actor, critic or None, reference world size or None) for ``cfg`` with a policy of ``shape``."""
     a, c = cfg.actor, cfg.critic
-    ws = derived.world_size(cfg, "actor")
-    head = shape.hidden + 1 if derived.shared_value_head(cfg) else 0  # Linear(hidden, 1) on the actor
+    ws = run_shape.world_size(cfg, "actor")
+    head = shape.hidden + 1 if run_shape.shared_value_head(cfg) else 0  # Linear(hidden, 1) on the actor
     adapters = shape.lora_params(a.lora_rank, a.lora_target_modules) if a.lora else 0
     actor = RoleLoad(params=shape.params + adapters + head, trained=(adapters if a.lora else shape.params) + head,
                      world=ws, micro_rows=_rows(a.mini_batch_size, a.micro_batch_size, ws),
                      infer_rows=_infer_rows(cfg, a.infer_micro_batch_size, a.micro_batch_size, ws),
                      checkpointing=a.gradient_checkpointing, compute_bytes=_compute_bytes(a.mixed_precision))
     critic = None
-    if derived.critic_worker_needed(cfg):
-        wc = derived.world_size(cfg, "critic")
+    if run_shape.critic_worker_needed(cfg):
+        wc = run_shape.world_size(cfg, "critic")
         params = shape.params - shape.head_params + shape.hidden + 1  # the backbone and Linear(hidden, 1)
         critic = RoleLoad(params=params, trained=params, world=wc,
                           micro_rows=_rows(c.mini_batch_size, c.micro_batch_size, wc),
                           infer_rows=_infer_rows(cfg, c.infer_micro_batch_size, c.micro_batch_size, wc),
                           checkpointing=c.gradient_checkpointing, compute_bytes=_compute_bytes(c.mixed_precision),
                           logits=False)
-    ref = derived.world_size(cfg, "ref") if derived.needs_ref(cfg) else None
+    ref = run_shape.world_size(cfg, "ref") if run_shape.needs_ref(cfg) else None
     return actor, critic, ref
 
 
@@ -137,8 +137,8 @@ def memory_plan(cfg: TrainConfig, shape: ModelShape) -> tuple[MemoryPlan, str]:
 
 def memory_lines(cfg: TrainConfig, plan: MemoryPlan, source: str) -> list[str]:
     """The plan's console lines, headed by what GPU 0 holds and its size."""
-    roles = ["actor"] + (["critic"] if derived.critic_worker_needed(cfg) else []) + (
-        ["reference"] if derived.needs_ref(cfg) else [])
+    roles = ["actor"] + (["critic"] if run_shape.critic_worker_needed(cfg) else []) + (
+        ["reference"] if run_shape.needs_ref(cfg) else [])
     engine = cfg.rollout.engine
     where = (f"the {engine} engine" if engine == "hf" or cfg.rollout.vllm.placement == "colocated"
              else "no engine (placement=separate)")
@@ -153,7 +153,7 @@ def memory_lines(cfg: TrainConfig, plan: MemoryPlan, source: str) -> list[str]:
 def knobs(cfg: TrainConfig, plan: MemoryPlan) -> list[str]:
     """What lowers the peak of ``plan``, with the current values, those that act on its peak phase first."""
     a, c, v = cfg.actor, cfg.critic, cfg.rollout.vllm
-    critic = derived.critic_worker_needed(cfg)
+    critic = run_shape.critic_worker_needed(cfg)
     update = []
     off = [f"{r}.gradient_checkpointing=true" for r, s in (("actor", a), ("critic", c))
            if (r == "actor" or critic) and not s.gradient_checkpointing]
@@ -164,7 +164,7 @@ def knobs(cfg: TrainConfig, plan: MemoryPlan) -> list[str]:
     update += [f"a smaller {micro}: rows per pass, the update is the same",
                f"a lower agent.max_model_len (now {cfg.agent.max_model_len}): activations grow with the row length"]
     resident = [f"more GPUs (trainer.n_gpus_per_node={cfg.trainer.n_gpus_per_node} x trainer.nnodes="
-                f"{cfg.trainer.nnodes}, world size {derived.world_size(cfg, 'actor')}): weights, gradients and AdamW "
+                f"{cfg.trainer.nnodes}, world size {run_shape.world_size(cfg, 'actor')}): weights, gradients and AdamW "
                 "state shard over them"]
     if not a.lora:
         resident.append("actor.lora_rank=16 (LoRA: gradients and AdamW state for the adapters only, no reference "

@@ -1,20 +1,21 @@
 """The PPO family's config checks: estimator, KL and reference model, credit at env tokens, batch shapes, and
-values that would change nothing (``ragen.trainer.inert``), on top of the checks both families share
-(``ragen.trainer.checks``). They run before Ray or any model starts, so a bad config fails in seconds.
+values that would change nothing (``ragen.trainer.config.unread_keys``), on top of the checks both families share
+(``ragen.trainer.config.shared_checks``). They run before Ray or any model starts, so a bad config fails in seconds.
 
-Each is registered with the preflight registry (``ragen.trainer.preflight``) for the ``ppo`` family, whose
-``per_env`` checks run once per env of the run (``ragen.trainer.env_mix.per_env_configs``). Every message names the
-offending key(s), the bad value, and how to fix it. :func:`validate_ppo` runs the family's checks and raises one
+Each is registered with the preflight registry (``ragen.trainer.config.preflight``) for the ``ppo`` family, whose
+``per_env`` checks run once per env of the run (``ragen.trainer.config.env_mix.per_env_configs``). Every message names
+the offending key(s), the bad value, and how to fix it. :func:`validate_ppo` runs the family's checks and raises one
 :class:`ConfigError`; ``ragen.launch.validate`` runs the checks of ``cfg``'s family.
 """
 
 from __future__ import annotations
 
-import ragen.trainer.checks  # noqa: F401  (registers the checks both families share)
-import ragen.trainer.inert  # noqa: F401  (registers the inert-value rules)
+import ragen.trainer.config.shared_checks  # noqa: F401  (registers the checks both families share)
+import ragen.trainer.config.unread_keys  # noqa: F401  (registers the inert-value rules)
 from ragen.algorithms.registry import estimator_args_problems
-from ragen.trainer.config import ConfigError, TrainConfig
-from ragen.trainer.derived import (
+from ragen.trainer.config.env_mix import per_env_configs
+from ragen.trainer.config.preflight import preflight, register, register_family
+from ragen.trainer.config.run_shape import (
     GROUP_ESTIMATORS,
     estimator_needs_values,
     needs_critic,
@@ -23,9 +24,8 @@ from ragen.trainer.derived import (
     uses_kl,
     world_size,
 )
-from ragen.trainer.env_mix import per_env_configs
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 from ragen.trainer.layout import layout_of
-from ragen.trainer.preflight import preflight, register, register_family
 
 register_family("ppo", ("ppo",), envs=per_env_configs)
 
@@ -187,7 +187,7 @@ def check_credit(cfg: TrainConfig) -> list[str]:
 
 def validate_ppo(cfg: TrainConfig) -> None:
     """Raise :class:`ConfigError` listing every problem of the PPO-family job ``cfg`` (nothing is started before
-    this passes): the registered checks of the ``ppo`` family (``ragen.trainer.preflight``)."""
+    this passes): the registered checks of the ``ppo`` family (``ragen.trainer.config.preflight``)."""
     if cfg.algorithm.name != "ppo":
         raise ConfigError([f"algorithm.name={cfg.algorithm.name!r} is not the PPO family (algorithm.name=ppo); the "
                            "ArCHer family runs with python -m ragen.archer"])

@@ -9,7 +9,7 @@ seconds and prints one line per problem (``ConfigError``), never a traceback:
   together (:func:`tokenizer_problems`);
 * with the vLLM engine, ``rollout.vllm.tensor_parallel_size`` splits the model's heads evenly
   (:func:`tensor_parallel_problems`);
-* on GPUs (PPO family), the memory plan fits one GPU (``ragen.trainer.memory_check``; ``trainer.memory_check``);
+* on GPUs (PPO family), the memory plan fits one GPU (``ragen.trainer.config.memory_checks``; ``trainer.memory_check``);
 * ``trainer.resume`` given as a path names a complete checkpoint;
 * the output folder: a run saved there (``<trainer.output_dir>/config.json``) with another config is refused,
   naming each differing key with its old and new value, unless ``trainer.resume=force``; the keys in
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ragen.models.shape import ModelShape, model_shape, tiny_shape
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 
 # Keys a continued run may change: its length, resume mode, logging, progress, reporting, fault handling and
 # where the workers run (Ray or in-process, its cluster and placement) and their state waits between phases, none of
@@ -70,11 +70,11 @@ def check_before_start(cfg: TrainConfig, *, dry_run: bool = False) -> ModelCheck
 
 
 def _memory_problems(cfg: TrainConfig, shape: ModelShape) -> list[str]:
-    from ragen.trainer import memory_check
+    from ragen.trainer.config import memory_checks
 
-    if not memory_check.applies(cfg):
+    if not memory_checks.applies(cfg):
         return []
-    return memory_check.memory_problems(cfg, *memory_check.memory_plan(cfg, shape))
+    return memory_checks.memory_problems(cfg, *memory_checks.memory_plan(cfg, shape))
 
 
 def tensor_parallel_problems(cfg: TrainConfig, shape: ModelShape) -> list[str]:
@@ -253,7 +253,7 @@ def env_problems(cfg: TrainConfig) -> list[str]:
     becomes one line naming the env and the cause (a missing optional package names its extra)."""
     import ragen.env
     from ragen.env.base import smoke_test
-    from ragen.trainer.env_mix import train_groups, val_groups
+    from ragen.trainer.config.env_mix import train_groups, val_groups
 
     out, seen = [], set()
     for g in [*train_groups(cfg), *val_groups(cfg)]:

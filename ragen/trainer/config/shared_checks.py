@@ -2,11 +2,11 @@
 
 The env (its name, keys, and the env's own constructor checks), the agent's token budgets and sampling (and the
 agent proxy's own value checks, ``ragen.agent.config.agent_problems``), the trainer's devices, world sizes, engine
-and loggers, and the warm start. Each is registered with the preflight registry (``ragen.trainer.preflight``:
+and loggers, and the warm start. Each is registered with the preflight registry (``ragen.trainer.config.preflight``:
 its name, the keys it reads and the checks it runs after); the PPO family adds its estimator, credit and batch
-checks (``ragen.trainer.validate``), the ArCHer family its loop's (``ragen.archer.main``). Every check returns a
-list of messages, each naming the offending key(s), the bad value and how to fix it; ``preflight`` raises them
-together as one :class:`ragen.trainer.config.ConfigError`.
+checks (``ragen.trainer.config.ppo_checks``), the ArCHer family its loop's (``ragen.archer.main``). Every check returns
+a list of messages, each naming the offending key(s), the bad value and how to fix it; ``preflight`` raises them
+together as one :class:`ragen.trainer.config.schema.ConfigError`.
 
 The rollout engine's checks read its registry entry (``ragen.rollout.registry``): which names a run accepts, which
 packages it needs; an engine with checks of its own beyond those (vLLM's placement) lists them in
@@ -23,9 +23,10 @@ from typing import Any
 from ragen.agent.config import agent_problems
 from ragen.models.attention import ATTN_IMPLEMENTATIONS, FLASH, flash_problems
 from ragen.rollout.registry import engine_entry, training_engines
-from ragen.trainer.config import TrainConfig, algorithm_problems, sft_problems, trainer_problems
-from ragen.trainer.config_archer import archer_problems
-from ragen.trainer.derived import (
+from ragen.trainer.config.archer_schema import archer_problems
+from ragen.trainer.config.preflight import register
+from ragen.trainer.config.run_shape import (
+    CHARS_PER_TOKEN,
     critic_worker_needed,
     device,
     engine_gpus,
@@ -33,10 +34,11 @@ from ragen.trainer.derived import (
     needs_critic,
     total_gpus,
     training_gpus,
+    trajectory_token_estimate,
     world_size,
 )
+from ragen.trainer.config.schema import TrainConfig, algorithm_problems, sft_problems, trainer_problems
 from ragen.trainer.layout import layout_of
-from ragen.trainer.preflight import register
 from ragen.utils.hardware import ENGINE_DTYPES
 from ragen.workers.config import VALUE_GRADS, actor_problems, critic_worker_problems
 
@@ -82,6 +84,8 @@ def check_agent(cfg: TrainConfig) -> list[str]:
     if ag.max_new_tokens >= ag.max_model_len:
         out.append(f"agent.max_new_tokens={ag.max_new_tokens} leaves no room for the prompt within "
                    f"agent.max_model_len={ag.max_model_len}; raise max_model_len or lower max_new_tokens")
+    elif layout_of(cfg).holds_whole_history:
+        out += budget_problems(cfg)
     out += layout_of(cfg).checks(cfg)  # what would make the layout's rows differ from what the model saw
     if abs(cfg.actor.temperature - ag.temperature) > 1e-9:
         out.append(f"actor.temperature={cfg.actor.temperature} differs from agent.temperature={ag.temperature}: "
@@ -233,7 +237,7 @@ def check_vllm(cfg: TrainConfig) -> list[str]:
     """``rollout.engine=vllm``: vLLM's temperature limit and ``rollout.vllm`` (its package: the registry entry's,
     :func:`check_engine_packages`)."""
     from ragen.rollout.vllm_engine import MAX_TEMPERATURE
-    from ragen.trainer.config import PLACEMENTS
+    from ragen.trainer.config.schema import PLACEMENTS
 
     v, out = cfg.rollout.vllm, []
     temps = {"agent.temperature": cfg.agent.temperature, "rollout.val_temperature": cfg.rollout.val_temperature}
@@ -369,3 +373,18 @@ for _name, _section, _problems in (("actor_values", "actor", actor_problems),
                                    ("trainer_values", "trainer", trainer_problems),
                                    ("archer_values", "archer", archer_problems)):
     _section_check(_name, _section, _problems)
+
+
+def budget_problems(cfg: TrainConfig) -> list[str]:
+    """The last turn's full-history prompt + its response must fit ``agent.max_model_len`` at worst-case response
+    lengths: prompt, observation and response tokens together (estimated, ``run_shape.trajectory_token_estimate``).
+    Otherwise history gets cut and the cut trajectory rows are masked out of training."""
+    ag, est = cfg.agent, trajectory_token_estimate(cfg)
+    if est.total <= ag.max_model_len:
+        return []
+    return [f"prompt budget: env.max_turn * agent.max_new_tokens = {est.responses} tokens of responses + about "
+            f"{est.first_prompt + est.observations} prompt and observation tokens (first prompt ~{est.first_prompt}, "
+            f"{cfg.env.max_turn - 1} later user message(s) ~{est.observations}; {CHARS_PER_TOKEN} characters per "
+            f"token) = {est.total} > agent.max_model_len={ag.max_model_len}: the last turns could not see the whole "
+            "history, and trajectory rows whose history is cut are masked out of training; raise "
+            "agent.max_model_len, lower agent.max_new_tokens or env.max_turn, or use agent.layout=turn"]

@@ -8,11 +8,11 @@ value and the fix. :func:`preflight` runs the checks of ``cfg``'s family in depe
 otherwise) and raises one :class:`ConfigError` listing every problem.
 
 The checks live beside what they check and register when their module is imported: the checks both families share
-in ``ragen.trainer.checks``, the PPO family's in ``ragen.trainer.validate`` (and ``ragen.trainer.inert``'s rules),
-the ArCHer family's in ``ragen.archer.main``; a family module registers itself with :func:`register_family`
-(which algorithm names it runs and which env configs its ``per_env`` checks see). ``ragen.launch.validate`` imports
-both families and calls :func:`preflight`. What the config points at (the model, the output folder, the envs'
-first steps) is checked afterwards by ``ragen.trainer.prestart``.
+in ``ragen.trainer.config.shared_checks``, the PPO family's in ``ragen.trainer.config.ppo_checks`` (and
+``ragen.trainer.config.unread_keys``'s rules), the ArCHer family's in ``ragen.archer.main``; a family module registers
+itself with :func:`register_family` (which algorithm names it runs and which env configs its ``per_env`` checks see).
+``ragen.launch.validate`` imports both families and calls :func:`preflight`. What the config points at (the model, the
+output folder, the envs' first steps) is checked afterwards by ``ragen.trainer.config.resource_checks``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ragen.trainer.config import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ConfigError, TrainConfig
 
 CheckFn = Callable[[TrainConfig], list[str]]
 

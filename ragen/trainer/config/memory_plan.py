@@ -1,6 +1,6 @@
 """The memory plan of a GPU run: what one GPU holds in each phase of a training step, from the model's sizes and a
-few explicit numbers, before anything starts. ``ragen.trainer.memory_check`` builds the inputs from the config and
-refuses a plan that cannot fit; ``ragen train --check`` prints :func:`plan_lines`.
+few explicit numbers, before anything starts. ``ragen.trainer.config.memory_checks`` builds the inputs from the config
+and refuses a plan that cannot fit; ``ragen train --check`` prints :func:`plan_lines`.
 
 The plan is of GPU 0, the fullest: it holds rank 0 of every role (actor, critic, reference; ``ragen.trainer.
 placement``) and, colocated, the rollout engine. Sizes in GiB (2**30 bytes); P = the policy's parameters, ws = a

@@ -9,13 +9,8 @@ import torch
 from factories import rollout_batch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord, episode_records
-from ragen.trainer.phases import (
-    advantages,
-    batch_metrics,
-    filter_groups_by_std,
-    perf_metrics,
-    trajectory_rewards,
-)
+from ragen.trainer.credit import advantages, filter_groups_by_std, trajectory_rewards
+from ragen.trainer.metrics import batch_metrics, perf_metrics
 from ragen.trainer.state import rng_preserved, trim_metrics
 
 
@@ -91,7 +86,7 @@ def test_rng_preserved_and_trim_metrics(tmp_path):
 def test_logprob_gap_metrics_over_response_tokens_only():
     """Sampler-vs-trainer gap: mean and max |engine - trainer| log-prob over response tokens; other positions
     (prompt, env, pad, masked rows) never count, and an empty mask gives 0."""
-    from ragen.trainer.phases import logprob_gap_metrics
+    from ragen.trainer.metrics import logprob_gap_metrics
 
     mask = torch.tensor([[0, 1, 1, 0], [0, 0, 1, 1]])
     engine = torch.tensor([[0.0, -1.0, -2.0, 0.0], [0.0, 0.0, -0.5, -3.0]])
@@ -109,7 +104,7 @@ def test_rejection_modes_drop_tokens_from_the_actor_loss_and_its_normaliser():
     at ratio 1 is the mean over the kept tokens only; token_tis gives weights and no mask."""
     from ragen.algorithms.losses import aggregate_loss
     from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
-    from ragen.trainer.phases import rollout_correction, to_train_batch
+    from ragen.trainer.credit import rollout_correction, to_train_batch
 
     batch = _batch([1.0, 0.0], group_size=2)
     engine = torch.zeros(2, 6)

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from ragen.agent.batch import RolloutBatch, episode_records
+from ragen.ppo.truncation import bootstrap_values
 from ragen.report.records import Credit, episode_rows, episode_token_records, sample_indices
-from ragen.trainer import phases, turn_layout
-from ragen.trainer.bootstrap import bootstrap_values
-from ragen.trainer.derived import estimator_needs_values
-from ragen.trainer.layout import layout_of
+from ragen.trainer import credit
+from ragen.trainer.config.run_shape import estimator_needs_values
+from ragen.trainer.layout import layout_of, pad_rows
+from ragen.utils.tracking import write_jsonl
 
 if TYPE_CHECKING:
     from ragen.trainer.run import Run
@@ -39,7 +40,7 @@ def save_train_samples(run: Run, batch: RolloutBatch, credit: Credit, step: int)
     (tensors over the batch's rows) to ``train_samples/step_{step}.jsonl``."""
     picked = sample_indices(len(episode_rows(batch)), run.cfg.trainer.report_train_samples)
     records = episode_token_records(batch, run.tokenizer, credit, episodes=picked)
-    return phases.write_jsonl(run.dir / "train_samples" / f"step_{step}.jsonl", records)
+    return write_jsonl(run.dir / "train_samples" / f"step_{step}.jsonl", records)
 
 
 def val_credit(run: Run, batch: RolloutBatch, row_multiple: int, rows: list[int] | None = None) -> Credit:
@@ -58,7 +59,7 @@ def val_credit(run: Run, batch: RolloutBatch, row_multiple: int, rows: list[int]
         picked = list(range(full.batch_size)) if rows is None else rows
         tb = full.select(picked) if len(picked) < full.batch_size else full
         n = tb.batch_size
-        tb = turn_layout.pad_rows(tb, row_multiple, run.proxy.pad_id)
+        tb = pad_rows(tb, row_multiple, run.proxy.pad_id)
         if critic is actor:  # shared value head: one forward gives both
             log_probs, values, _ = actor.call("compute_log_probs_and_values", tb)
         else:
@@ -73,7 +74,7 @@ def val_credit(run: Run, batch: RolloutBatch, row_multiple: int, rows: list[int]
     alg = cfg.algorithm
     if values is None and estimator_needs_values(alg.estimator):
         return Credit(log_probs=log_probs)
-    scored = batch if alg.use_step_reward else phases.without_step_rewards(batch)
+    scored = batch if alg.use_step_reward else credit.without_step_rewards(batch)
     adv, ret = layout.advantages(alg.estimator, scored, values, boot, None, **alg.advantage_kwargs())
     return Credit(advantages=adv, returns=ret, values=values, log_probs=log_probs)
 

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ragen.trainer.config import SECTIONS, TrainConfig, default_section_values
+from ragen.trainer.config.preflight import register
+from ragen.trainer.config.schema import SECTIONS, TrainConfig, default_section_values
 from ragen.trainer.layout import layout_of
-from ragen.trainer.preflight import register
 from ragen.workers.config import CriticConfig
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
@@ -144,7 +144,7 @@ def _estimator_params(name: str) -> tuple[str, ...]:
 
 
 def _workers(cfg: TrainConfig) -> list[str]:
-    from ragen.trainer.derived import estimator_needs_values, needs_critic, uses_kl
+    from ragen.trainer.config.run_shape import estimator_needs_values, needs_critic, uses_kl
 
     a, c, out = cfg.actor, cfg.critic, []
     if not a.use_kl_loss:
@@ -226,7 +226,7 @@ def _critic_worker(cfg: TrainConfig) -> list[str]:
     precision. ``critic.seed`` has its own rule, ``enable`` and the ``shared_*`` keys theirs, and
     :data:`CRITIC_SHAPE_KEYS` are left alone. Within :func:`explicit_keys` only the keys the command line set count:
     a recipe's critic settings stay valid when the command switches its estimator or the head's place."""
-    from ragen.trainer.derived import needs_critic
+    from ragen.trainer.config.run_shape import needs_critic
 
     skip = ("seed", *CRITIC_SHAPE_KEYS)
     own = tuple(f.name for f in dataclasses.fields(CriticConfig) if f.name not in skip) + ("model_path",)
@@ -276,8 +276,8 @@ def _engine_sections(cfg: TrainConfig) -> list[str]:
 def _agent(cfg: TrainConfig) -> list[str]:
     """``agent.history_thinking=strip`` where every env of the run (train and validation) plays one turn: no prompt
     holds an earlier turn, so there is no thinking to cut."""
-    from ragen.trainer.config import ConfigError
-    from ragen.trainer.env_mix import per_env_configs
+    from ragen.trainer.config.env_mix import per_env_configs
+    from ragen.trainer.config.schema import ConfigError
 
     if cfg.agent.history_thinking != "strip":
         return []

@@ -1,7 +1,7 @@
 """The ArCHer family's config keys (``config/base.yaml`` mirrors them key for key).
 
-Part of the run config's schema (:class:`ragen.trainer.config.TrainConfig` holds the ``archer`` section), so it sits
-with the schema below both trainers: the dry-run plan and the checks read it without importing ``ragen.archer``.
+Part of the run config's schema (:class:`ragen.trainer.config.schema.TrainConfig` holds the ``archer`` section), so it
+sits with the schema below both trainers: the dry-run plan and the checks read it without importing ``ragen.archer``.
 
 * ``algorithm.name`` picks the family member: ``archer`` | ``chai`` | ``filtered_bc`` (``python -m ragen.archer``;
   ``ppo``, the default, is the PPO trainer of ``python -m ragen.train``).

@@ -18,10 +18,10 @@ from ragen.agent.config import AgentConfig
 from ragen.agent.layout import ROW_LAYOUTS
 from ragen.algorithms.registry import SHARED_SCALARS
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
-from ragen.trainer.config_archer import ALGORITHMS as ARCHER_ALGORITHMS
-from ragen.trainer.config_archer import ArcherSection
-from ragen.trainer.config_types import coerce as _coerce
-from ragen.trainer.config_types import type_problems as _type_problems
+from ragen.trainer.config.archer_schema import ALGORITHMS as ARCHER_ALGORITHMS
+from ragen.trainer.config.archer_schema import ArcherSection
+from ragen.trainer.config.value_types import coerce as _coerce
+from ragen.trainer.config.value_types import type_problems as _type_problems
 from ragen.workers.config import PLACEMENT_STRATEGIES, ActorConfig, CriticConfig
 
 
@@ -140,7 +140,7 @@ class RolloutSection:
     ``float16``. ``val_temperature``: sampling temperature of validation rollouts, 0 = greedy (the default:
     validation measures the policy's best guess and is never trained on), null = ``agent.temperature``.
     ``train_envs`` / ``val_envs``: several envs in one run, entries ``{name, n_groups}`` (plus optional
-    ``max_turn``, ``max_actions_per_turn``, ``config``); empty = ``env`` alone (``ragen.trainer.env_mix``).
+    ``max_turn``, ``max_actions_per_turn``, ``config``); empty = ``env`` alone (``ragen.trainer.config.env_mix``).
     """
 
     engine: str = "hf"
@@ -338,18 +338,18 @@ class TrainerSection:
     weight sync may take before the run stops naming the worker and phase (null = no limit);
     ``worker_start_timeout_s``: seconds a worker group's ranks may take to start (load the model, answer a ping).
     ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are rebuilt from the
-    last complete checkpoint, ``ragen.trainer.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
+    last complete checkpoint, ``ragen.ppo.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
     join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
     placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for
     one before failing with the resources the cluster lacks (``ragen.workers.placement_check``). ``gpu_memory_gb``:
-    GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.memory_check``; null = the size of the
-    GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``: ``refuse`` a plan whose peak
+    GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.config.memory_checks``; null = the size of
+    the GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``: ``refuse`` a plan whose peak
     exceeds it, before anything starts, or ``warn`` (print the plan, start anyway). ``offload``: where the actor's,
     critic's and reference's training state waits while a colocated rollout engine is awake (``OFFLOAD_MODES``):
     ``phase`` moves parameters, gradients and optimizer state to pinned host memory before the engine wakes and back
     before the first training phase (``ragen.workers.offload``; results bitwise the same), ``none`` keeps them on
     the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or vLLM colocated with sleep
-    mode) in the PPO trainer, else none (``ragen.trainer.derived.offload_mode``).
+    mode) in the PPO trainer, else none (``ragen.trainer.config.run_shape.offload_mode``).
     """
 
     total_steps: int = 20

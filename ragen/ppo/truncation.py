@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ragen.agent.batch import RolloutBatch
-from ragen.trainer.turn_layout import pad_rows
+from ragen.trainer.layout import pad_rows
 from ragen.workers.data import TrainBatch
 
 

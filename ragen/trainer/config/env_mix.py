@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ragen.trainer.config import ConfigError, EnvSection, TrainConfig
+from ragen.trainer.config.schema import ConfigError, EnvSection, TrainConfig
 
 ENTRY_KEYS = ("name", "n_groups", "max_turn", "max_actions_per_turn", "config")
 
@@ -39,7 +39,7 @@ def _env_file(name: str) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     import ragen.env
-    from ragen.trainer.compose import config_dir
+    from ragen.trainer.config.compose import config_dir
 
     path = config_dir() / "env" / f"{name}.yaml"
     if not path.is_file() and name in ragen.env.plugin_names():  # a plugin env: its own declared defaults
@@ -111,7 +111,7 @@ def max_turns(cfg: TrainConfig) -> int:
 
 def per_env_configs(cfg: TrainConfig) -> list[TrainConfig]:
     """``cfg`` once per distinct env of the run (train and validation), with ``env`` set to it: the per-env
-    checks of ``ragen.trainer.validate`` run on each."""
+    checks of ``ragen.trainer.config.ppo_checks`` run on each."""
     seen, out = set(), []
     for group in train_groups(cfg) + val_groups(cfg):
         key = (group.env.name, repr(sorted(group.env.config.items())), group.env.max_turn,

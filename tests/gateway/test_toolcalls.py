@@ -96,10 +96,12 @@ noise = st.one_of(st.text(), st.lists(st.one_of(pieces, st.text(max_size=6)), ma
 
 @st.composite
 def calls_text(draw):
-    """A well-formed completion: text, then 0-3 calls, each with text around (no tags in the text)."""
+    """A well-formed completion: text, then 0-3 calls, each with text around. No tag anywhere else: a closing tag
+    inside a call's JSON ends the block in the Hermes format (that call is malformed)."""
     plain = st.text(max_size=20).filter(lambda s: "<tool_call>" not in s and "</tool_call>" not in s)
-    calls = draw(st.lists(st.tuples(st.text(min_size=1, max_size=12),
-                                    st.dictionaries(st.text(max_size=8), json_values, max_size=4)), max_size=3))
+    args = st.dictionaries(st.text(max_size=8), json_values, max_size=4).filter(lambda a: "tool_call>" not in str(a))
+    calls = draw(st.lists(st.tuples(st.text(min_size=1, max_size=12).filter(lambda s: "tool_call>" not in s), args),
+                          max_size=3))
     parts = [draw(plain)]
     for name, args in calls:
         parts += [block(name, args), draw(plain)]

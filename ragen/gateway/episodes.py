@@ -29,7 +29,8 @@ class Prepared:
 @dataclass
 class EpisodeLog:
     """One episode (one run of a program): its records in answer order, the tips of its samples (same order),
-    the responses by request id, and its failure (``failed``, with every error message in ``errors``)."""
+    the responses by request id, its failure (``failed``, with every error message in ``errors``), and whether it
+    is ``closed`` (its program has ended: later calls are refused)."""
 
     key: str
     calls: list[CallRecord] = field(default_factory=list)
@@ -37,6 +38,7 @@ class EpisodeLog:
     responses: dict[str, Any] = field(default_factory=dict)
     failed: bool = False
     errors: list[str] = field(default_factory=list)
+    closed: bool = False
 
     def prepare(self, renderer: PromptRenderer, messages: list[dict[str, Any]],
                 tools: list[dict[str, Any]] | None = None) -> Prepared:

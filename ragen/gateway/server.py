@@ -147,7 +147,8 @@ class Gateway:
         try:
             answer = await self._answer(request, episode, rid)
         except RequestError as exc:
-            episode.fail(f"{rid}: {exc}")
+            if exc.code != "episode_closed":  # an ended episode keeps the outcome its program had
+                episode.fail(f"{rid}: {exc}")
             answer = _Answer(400, error_body(str(exc), exc.code, exc.param), {})
         except Exception as exc:  # noqa: BLE001 - the engine failed: this call and its episode fail, not the server
             episode.fail(f"{rid}: {type(exc).__name__}: {exc}")
@@ -166,6 +167,9 @@ class Gateway:
             raise RequestError(f"the body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
+        if episode.closed:
+            raise RequestError(f"episode {episode.key!r} has ended; its program may not call any more",
+                               "episode_closed")
         if body.get("model") != self.config.model:
             raise RequestError(f"unknown model {body.get('model')!r}; this endpoint serves {self.config.model!r}",
                                "model_not_found", "model")
@@ -270,6 +274,11 @@ class GatewayThread:
         self._thread.join()
         self._loop.close()
         self._loop = None
+
+    def submit(self, coro: Any) -> Any:
+        """Run the coroutine ``coro`` on the gateway's loop and wait for its result (e.g.
+        ``thread.submit(run_programs(thread.gateway, ...))``)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def call(self, fn: Any) -> Any:
         """``fn()`` run on the gateway's loop; its result."""

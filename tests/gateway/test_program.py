@@ -95,3 +95,14 @@ def test_episode_keys_must_be_unique(engine, default_tokenizer):
     gw = Gateway(engine, default_tokenizer, SAMPLING)
     with pytest.raises(ValueError, match="own episode key"):
         asyncio.run(run_programs(gw, sync_program, [ProgramTask("a", "1", 0), ProgramTask("a", "2", 1)], 1))
+
+
+def test_async_callable_objects_count_as_async():
+    from ragen.gateway.program import _is_async
+
+    class Agent:
+        async def __call__(self, base_url, api_key, task, seed):
+            return 1.0
+
+    assert _is_async(async_program) and _is_async(Agent())
+    assert not _is_async(sync_program) and not _is_async(print)

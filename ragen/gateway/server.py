@@ -167,6 +167,8 @@ class Gateway:
             raise RequestError(f"the body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise RequestError("the body must be a JSON object")
+        if body.get("stream"):
+            raise RequestError("streaming is not supported; call without stream", param="stream")
         if episode.closed:
             raise RequestError(f"episode {episode.key!r} has ended; its program may not call any more",
                                "episode_closed")
@@ -198,8 +200,9 @@ class Gateway:
     # -------------------------------------------------------------------------------------------------- helpers
     def _sampling(self, body: dict[str, Any], prompt_len: int) -> tuple[SamplingParams, int]:
         """The run's sampling with the request's budget and stop strings, and its ``n``."""
-        n = body.get("n", 1) or 1
-        if not isinstance(n, int) or not 1 <= n <= self.config.max_n:
+        n = body.get("n")
+        n = 1 if n is None else n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.config.max_n:
             raise RequestError(f"n must be an integer in [1, {self.config.max_n}], got {n!r}", param="n")
         room = self.config.max_model_len - prompt_len
         if room < 1:

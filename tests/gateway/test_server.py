@@ -136,6 +136,8 @@ def test_concurrent_calls_share_engine_batches(fake_engine, default_tokenizer):
     (json.dumps({"model": "gpt-4", "messages": user("hi")}).encode(), "model_not_found"),
     (json.dumps({"model": "ragen", "messages": user("word " * 400)}).encode(), "context_length_exceeded"),
     (json.dumps({"model": "ragen", "messages": "hi"}).encode(), "invalid_request_error"),
+    (json.dumps({"model": "ragen", "messages": user("hi"), "stream": True}).encode(), "invalid_request_error"),
+    (json.dumps({"model": "ragen", "messages": user("hi"), "n": 0}).encode(), "invalid_request_error"),
 ])
 def test_bad_requests_are_400_and_fail_the_episode(fake_engine, default_tokenizer, body, code):
     engine = scripted(fake_engine, default_tokenizer)
@@ -208,3 +210,21 @@ def test_sync_wrapper_and_no_port_left_open(fake_engine, default_tokenizer):
         return port
 
     assert not _port_open(run(again()))
+
+
+def test_an_engine_error_fails_the_call_and_its_episode_only(fake_engine, default_tokenizer):
+    def script(call, i, prompt):
+        if call == 0:
+            raise RuntimeError("out of memory")
+        return [5, 6]
+
+    async def main():
+        async with Gateway(fake_engine(script), default_tokenizer, SAMPLING) as gw, aiohttp.ClientSession() as s:
+            a = await post(s, gw.base_url("a"), {"model": "ragen", "messages": user("hi")})
+            b = await post(s, gw.base_url("b"), {"model": "ragen", "messages": user("hi")})
+            return gw, a, b
+
+    gw, (status_a, err, _), (status_b, _, _) = run(main())
+    assert status_a == 500 and "out of memory" in err["error"]["message"] and status_b == 200
+    assert gw.book.episode("a").failed and gw.book.episode("a").calls == []
+    assert not gw.book.episode("b").failed and len(gw.book.episode("b").calls) == 1

@@ -22,7 +22,7 @@ instance is never called by two threads at once), so state shared between instan
 file, a model) must be locked, and randomness must come from the env's own seeded RNG, never the global ``random`` /
 ``numpy.random`` state. The shipped envs draw only from their own RNGs (``random.Random(seed)``, gymnasium's per-env
 ``np_random``) and lock what they share (``ragen.env.bm25_disk.JsonlStore``'s file, ``ragen.env.oracle``'s model).
-Pure-Python, CPU-bound envs gain nothing under the GIL: ``env_workers=1`` runs them one after another, as before.
+Pure-Python, CPU-bound envs gain nothing under the GIL: ``env_workers=1`` runs them one after another.
 Env construction (``make``, including the rebuild of a failed slot's env) stays in the calling thread.
 """
 

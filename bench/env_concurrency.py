@@ -10,7 +10,7 @@ the turns that stepped). Both settings play the same episodes
 (same seeds); the bench checks that their batches are identical and prints, per delay, the wall time per rollout,
 the ratio, the env steps and the env time alone would take (steps x delay one after another, turns x delay at once).
 
-Usage: python bench/env_concurrency.py [--delays 0.5 2] [--episodes 8] [--turns 3] [--think-tokens 8]
+Usage: python bench/env_concurrency.py [--delays 0 0.5 2] [--episodes 8] [--turns 3] [--think-tokens 8]
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="tiny", help=f"'tiny' (random, 3M parameters: generation stays small beside the "
                     f"env's latency) or a model alias or folder, e.g. {DEFAULT_MODEL}")
-    ap.add_argument("--delays", type=float, nargs="+", default=[0.5, 2.0])
+    ap.add_argument("--delays", type=float, nargs="+", default=[0.0, 0.5, 2.0], help="seconds per step (0: CPU-bound)")
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--think-tokens", type=int, default=8)

@@ -139,6 +139,7 @@ COMMENTS: dict[str, str] = {
     'agent.response_prefix': 'forced start of every response, e.g. "<answer>" with think=false',
     'agent.stop_at_answer': 'stop generating at </answer> (the end-of-turn token is then appended, mask 0)',
     'agent.env_step_timeout': 'seconds per env call before the episode is failed and masked (null = no limit)',
+    'agent.env_workers': 'threads stepping the envs of a batch at once (1 = one after another)',
     'agent.reminder': 'every_turn | first_turn (budget + answer format in the first message only)',
     'agent.history_thinking': (
         "keep | strip (later prompts without earlier turns' thinking, as reasoning models' templates render "

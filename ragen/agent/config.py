@@ -43,6 +43,12 @@ class AgentConfig:
     for learning claims: every observation (the first one included) is replaced by a constant filler text of the
     same token count (:func:`ragen.agent.blind.blind_text`), so prompts keep their length, turn structure and legal
     actions, but the policy cannot read the state. What a policy reaches blind, an open-loop policy can reach.
+    ``env_workers``: at most this many threads step (and reset) the envs of a batch at once (never more than the
+    batch's episodes), so envs whose calls wait on I/O (a search tool, a sandbox, a remote service) cost the slowest
+    call of a turn instead of the sum of all calls; 1 = one env after another in the calling thread. Results are
+    identical for any value (each env owns its state and RNG; what the shipped envs share is locked). A speed knob
+    for I/O-bound envs only: pure-Python, CPU-bound envs gain nothing under the GIL. A plugin env whose instances
+    share unsynchronised state must lock it or run with 1 (``ragen.agent.env_manager``).
     """
 
     max_turn: int = 5
@@ -66,6 +72,7 @@ class AgentConfig:
     reminder: str = "every_turn"
     history_thinking: str = "keep"
     observations: str = "shown"
+    env_workers: int = 32
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -115,6 +122,9 @@ def agent_problems(c: Any, key: Callable[[str], str] = _own_key) -> list[str]:
         out.append(f"{key('observations')} must be one of {OBSERVATIONS}, got {c.observations!r}")
     if c.env_step_timeout is not None and not c.env_step_timeout >= 0:
         out.append(f"{key('env_step_timeout')} must be None or >= 0 seconds, got {c.env_step_timeout}")
+    if isinstance(c.env_workers, bool) or not isinstance(c.env_workers, int) or c.env_workers < 1:
+        out.append(f"{key('env_workers')} must be an int >= 1, the threads that step envs at once (e.g. 32; 1 = "
+                   f"one env after another), got {c.env_workers!r}")
     if not c.think_tag or not c.answer_tag:
         out.append(f"{key('think_tag')} and answer_tag must be non-empty tag names")
     return out

@@ -13,21 +13,48 @@ on. A failed slot's env is rebuilt before its next episode. The same holds for a
 ``AgentConfig.env_step_timeout`` seconds (the call is left running in a daemon thread and its env is dropped;
 the rollout never waits on it again) and for a ``step`` whose result breaks the protocol (not a ``StepResult``,
 a NaN / inf / non-numeric reward, a non-str observation: ``ragen.env.base.step_result_problem``).
+
+Concurrency: the resets, steps and legal-action calls of one batch run in a pool of up to ``AgentConfig.env_workers``
+threads (:meth:`EnvManager.map`), so a turn of I/O-bound envs (a search tool, a sandbox) costs the slowest env call,
+not their sum. Each call touches one slot only and results are collected in slot order, so a batch is the same for any
+pool size. What this asks of an env: its instances may be called at the same time from different threads (one
+instance is never called by two threads at once), so state shared between instances (a module-level cache, an index
+file, a model) must be locked, and randomness must come from the env's own seeded RNG, never the global ``random`` /
+``numpy.random`` state. The shipped envs draw only from their own RNGs (``random.Random(seed)``, gymnasium's per-env
+``np_random``) and lock what they share (``ragen.env.bm25_disk.JsonlStore``'s file, ``ragen.env.oracle``'s model).
+Pure-Python, CPU-bound envs gain nothing under the GIL: ``env_workers=1`` runs them one after another.
+Env construction (``make``, including the rebuild of a failed slot's env) stays in the calling thread.
 """
 
 from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ragen.agent.batch import EpisodeRecord
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.parser import clean_text
 from ragen.env import make
 from ragen.env.base import Env, step_result_problem
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
+
+
+def run_each(fn: Callable[[_In], _Out], items: Sequence[_In], workers: int) -> list[_Out]:
+    """``[fn(x) for x in items]`` with up to ``workers`` calls at once in a thread pool (one worker or one item: in
+    this thread, in order). Results are in item order whatever order the calls end in. ``fn`` is expected to keep
+    env errors to itself (the callers' functions fail the slot); anything it lets escape is re-raised here once
+    every call has ended."""
+    n = min(int(workers), len(items))
+    if n <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="ragen-env-pool") as pool:
+        return list(pool.map(fn, items))
 
 
 class EnvTimeout(TimeoutError):
@@ -150,6 +177,12 @@ class EnvManager:
                                               timeout=agent.env_step_timeout))
                 group += 1
         self.num_groups = group
+        self.workers = agent.env_workers
+
+    def map(self, fn: Callable[[EnvSlot], _Out], slots: Sequence[EnvSlot]) -> list[_Out]:
+        """``fn(slot)`` for each of ``slots``, up to ``agent.env_workers`` at once (:func:`run_each`); ``fn`` must
+        touch its own slot only."""
+        return run_each(fn, slots, self.workers)
 
     def group_seeds(self, base: int, counter: int) -> list[int]:
         """Seed of each global group for rollout number ``counter`` (0 for validation).
@@ -161,19 +194,19 @@ class EnvManager:
         return [base + counter * spec.n_groups + g for spec in self.specs for g in range(spec.n_groups)]
 
     def reset(self, seeds: list[int]) -> None:
-        """Start a new episode in every slot (slot seed = its group's seed); failures are isolated."""
+        """Start a new episode in every slot (slot seed = its group's seed); failures are isolated. A failed slot's
+        env is rebuilt here, in this thread; the resets run concurrently (:meth:`map`)."""
+        ready = []
         for slot in self.slots:
-            seed = seeds[slot.group_id]
-            slot.begin(seed)
+            slot.begin(seeds[slot.group_id])
             try:
                 if slot.env is None:
                     slot.env = make(slot.name, **slot.spec.config)
-                obs = call_with_timeout(slot.env.reset, slot.timeout, f"{slot.name}.reset", seed)
-                if obs is None:
-                    raise MalformedStepResult("reset returned None, not an observation")
-                slot.observation = str(obs)
             except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
                 slot.fail("reset", exc)
+                continue
+            ready.append(slot)
+        self.map(_reset_slot, ready)
 
     @staticmethod
     def describe(slot: EnvSlot) -> tuple[str, str]:
@@ -215,3 +248,15 @@ class EnvManager:
                 out.done = True
                 break
         return out
+
+
+def _reset_slot(slot: EnvSlot) -> None:
+    """Reset the slot's env with its seed (set by ``begin``); an exception or a None observation fails the slot."""
+    assert slot.env is not None
+    try:
+        obs = call_with_timeout(slot.env.reset, slot.timeout, f"{slot.name}.reset", slot.seed)
+        if obs is None:
+            raise MalformedStepResult("reset returned None, not an observation")
+        slot.observation = str(obs)
+    except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
+        slot.fail("reset", exc)

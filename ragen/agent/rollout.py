@@ -23,6 +23,10 @@ with that token as a non-model token (response_mask 0). ``agent/time/*`` metrics
 and everything else; ``agent/prompt_tokens`` counts the prompt tokens sent to the engine. With
 ``agent.history_thinking=strip`` each episode's later prompts leave out its earlier thinking (``ragen.agent.context``;
 ``agent/think_stripped_tokens`` counts the ids cut, ``agent/think_kept_unaligned`` the turns kept whole).
+
+Env calls (resets, steps, legal actions) of the slots of a batch run concurrently, up to ``agent.env_workers`` at
+once (``EnvManager.map``); parsing, prompts and everything the tokenizer touches stay in the calling thread, in slot
+order, so the batch is the same for any number of workers.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ragen.agent.batch import RolloutBatch, TurnRecord
@@ -37,9 +42,9 @@ from ragen.agent.blind import blind_text
 from ragen.agent.collate import build_batch
 from ragen.agent.config import AgentConfig, EnvGroupSpec
 from ragen.agent.context import ChatFormat, EpisodeContext
-from ragen.agent.env_manager import EnvManager, EnvSlot
+from ragen.agent.env_manager import EnvManager, EnvSlot, TurnOutcome
 from ragen.agent.layout import row_layout
-from ragen.agent.parser import clean_text, parse_response
+from ragen.agent.parser import ParsedResponse, clean_text, parse_response
 from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
 
 _LOG = logging.getLogger(__name__)
@@ -102,7 +107,9 @@ class AgentProxy:
         stats = {"generate_s": 0.0, "truncations": 0, "overflow": 0, "cutoffs": 0, "calls": 0, "dropped": 0,
                  "repetition": 0, "prompt_tokens": 0}
         manager.reset(manager.group_seeds(base, counter))
-        contexts: list[EpisodeContext | None] = [self._open(slot) for slot in manager.slots]
+        described = manager.map(_describe_or_error, manager.slots)
+        contexts: list[EpisodeContext | None] = [self._open(slot, d) for slot, d in zip(manager.slots, described,
+                                                                                         strict=True)]
         for turn in range(max(slot.max_turn for slot in manager.slots)):
             if not self._turn(manager, contexts, turn, base * 1_000_003 + counter * 101 + turn, stats, responder):
                 break
@@ -123,15 +130,16 @@ class AgentProxy:
         batch.metrics["rollout/env_errors"] = float(_log_env_errors(manager.slots, mode))
         return batch
 
-    def _open(self, slot: EnvSlot) -> EpisodeContext | None:
-        """The episode context with its first prompt, or None when the env failed."""
+    def _open(self, slot: EnvSlot, described: tuple[str, str] | Exception | None) -> EpisodeContext | None:
+        """The episode context with its first prompt, or None when the env failed (in reset, or in ``described``:
+        what :func:`_describe_or_error` got from it)."""
         if slot.failed:
             return None
-        try:
-            instructions, legal = EnvManager.describe(slot)
-        except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
-            slot.fail("instructions", exc)
+        if isinstance(described, Exception):
+            slot.fail("instructions", described)
             return None
+        assert described is not None
+        instructions, legal = described
         strip = f"</{self.cfg.think_tag}>" if self.cfg.history_thinking == "strip" else None
         ctx = EpisodeContext(self.fmt, instructions, strip_tag=strip)
         ctx.add_user(self._user_text(slot, legal, 0, ""))
@@ -172,6 +180,7 @@ class AgentProxy:
         stats["calls"] += 1
         if len(samples) != len(plans):
             raise RuntimeError(f"engine returned {len(samples)} samples for {len(plans)} prompts")
+        moves = []
         for i, plan, sample in zip(active, plans, samples, strict=True):
             if sample.finish_reason in DROPPED_REASONS:  # no valid sample: the episode fails and trains nothing
                 stats["dropped"] += 1
@@ -183,19 +192,26 @@ class AgentProxy:
             stats["cutoffs"] += int(sample.finish_reason == "length" or len(sample.token_ids) > len(ids))
             contexts[i].use_plan(plan)
             contexts[i].add_response(ids, log_probs)
-            self._act(manager.slots[i], contexts[i], ids)
+            moves.append(self._parse(manager.slots[i], contexts[i], ids))
+        # the env calls of all slots at once (each touches its own slot); prompts are built in slot order after
+        for move, (outcome, legal) in zip(moves, manager.map(_env_turn, moves), strict=True):
+            self._record(move, outcome, legal)
         return True
 
-    def _act(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> None:
-        """Parse the response, step the env, record the turn, and add the next user message if any."""
+    def _parse(self, slot: EnvSlot, ctx: EpisodeContext, ids: list[int]) -> _Move:
+        """Parse the response into the turn's actions and note the state the policy saw (gigpo's anchor)."""
         cfg = self.cfg
         text = clean_text(self.fmt.response_prefix + self.fmt.decode(ids))
         parsed = parse_response(
             text, think=cfg.think, think_tag=cfg.think_tag, answer_tag=cfg.answer_tag, action_sep=cfg.action_sep
         )
-        actions = parsed.actions[: slot.max_actions]
         slot.obs_keys.append(self._seen(slot.observation))  # gigpo's anchor: the state as the policy saw it
-        outcome = EnvManager.step(slot, actions)
+        return _Move(slot, ctx, text, parsed, parsed.actions[: slot.max_actions])
+
+    def _record(self, move: _Move, outcome: TurnOutcome, legal: str | Exception | None) -> None:
+        """Record the stepped turn in its slot and add the next user message if the episode goes on (``legal``:
+        what :func:`_env_turn` got from the env's ``legal_actions``; None when the episode ended)."""
+        cfg, slot, ctx, parsed = self.cfg, move.slot, move.ctx, move.parsed
         penalty = 0.0 if parsed.format_ok else cfg.format_penalty
         reward = outcome.reward + penalty
         slot.actions_total += outcome.executed if parsed.format_ok else 1
@@ -213,16 +229,14 @@ class AgentProxy:
         record.success = record.success or outcome.success
         record.turns.append(
             TurnRecord(
-                prompt_text=ctx.user_texts[-1], response_text=text, actions=actions, reward=reward,
+                prompt_text=ctx.user_texts[-1], response_text=move.text, actions=move.actions, reward=reward,
                 success=outcome.success, format_ok=parsed.format_ok, step_reward=outcome.step_reward,
             )
         )  # fmt: skip
-        if slot.done or ctx.num_turns >= slot.max_turn:
+        if legal is None:
             return
-        try:
-            _, legal = EnvManager.describe(slot)
-        except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
-            slot.fail("legal_actions", exc)
+        if isinstance(legal, Exception):
+            slot.fail("legal_actions", legal)
             return
         note = "" if parsed.format_ok else "Your previous answer could not be parsed; no action was taken.\n"
         ctx.add_user(self._user_text(slot, legal, ctx.num_turns, note))
@@ -251,6 +265,42 @@ class AgentProxy:
             "agent/time/generate_s": gen,
             "agent/time/outside_generate_frac": (total_s - gen) / total_s if total_s > 0 else 0.0,
         }
+
+
+@dataclass
+class _Move:
+    """One slot's parsed response of a turn: what :func:`_env_turn` executes and ``_record`` records."""
+
+    slot: EnvSlot
+    ctx: EpisodeContext
+    text: str
+    parsed: ParsedResponse
+    actions: list[str]
+
+
+def _describe_or_error(slot: EnvSlot) -> tuple[str, str] | Exception | None:
+    """The env's (instructions, legal actions), what it raised, or None for a slot that failed in reset. Runs in
+    the env pool (``EnvManager.map``): it touches nothing but its slot's env."""
+    if slot.failed:
+        return None
+    try:
+        return EnvManager.describe(slot)
+    except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
+        return exc
+
+
+def _env_turn(move: _Move) -> tuple[TurnOutcome, str | Exception | None]:
+    """Step the slot's env with the move's actions and, when the episode goes on, ask its legal actions (the text,
+    what the env raised, or None when the episode ended). Runs in the env pool (``EnvManager.map``): it touches
+    only its own slot (a step failure fails it) and never the tokenizer."""
+    slot = move.slot
+    outcome = EnvManager.step(slot, move.actions)
+    if slot.failed or outcome.done or move.ctx.num_turns >= slot.max_turn:
+        return outcome, None
+    try:
+        return outcome, EnvManager.describe(slot)[1]
+    except Exception as exc:  # noqa: BLE001 - any env bug must stay inside its slot
+        return outcome, exc
 
 
 def _log_env_errors(slots: list[EnvSlot], mode: str, shown: int = 5) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,10 @@ class DiskBM25Index:
 
 
 class JsonlStore(Sequence):
-    """Random access to the records of ``<stem>.jsonl`` through ``<stem>.offsets.npy`` (mmap); recent reads cached."""
+    """Random access to the records of ``<stem>.jsonl`` through ``<stem>.offsets.npy`` (mmap); recent reads cached.
+
+    Safe to share between threads (the envs of a batch step concurrently, ``agent.env_workers``, and share one store):
+    the file's seek + read runs under a lock, so a record is never read from another thread's position."""
 
     def __init__(self, jsonl_path: str | Path, cache_size: int = 4096):
         self.path = Path(jsonl_path).expanduser()
@@ -90,17 +94,20 @@ class JsonlStore(Sequence):
             raise FileNotFoundError(f"record store {str(self.path)!r} (with {offsets_path.name}) not found")
         self.offsets = np.load(offsets_path, mmap_mode="r")
         self._file = None
+        self._lock = threading.Lock()
         self._read = functools.lru_cache(maxsize=cache_size)(self._read_uncached)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def _read_uncached(self, i: int) -> Any:
-        if self._file is None:
-            self._file = self.path.open("rb")
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])
-        self._file.seek(start)
-        return json.loads(self._file.read(end - start))
+        with self._lock:
+            if self._file is None:
+                self._file = self.path.open("rb")
+            self._file.seek(start)
+            line = self._file.read(end - start)
+        return json.loads(line)
 
     def __getitem__(self, i):  # noqa: ANN001 - int or slice, as for any Sequence
         if isinstance(i, slice):

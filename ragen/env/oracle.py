@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import threading
 import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -175,9 +176,12 @@ class LLMOracle:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def answer(self, question: str, secret: Secret) -> str:
+        """The post-processed greedy answer. The engine and tokenizer are shared by the envs of a process, which
+        step concurrently (``agent.env_workers``): one answer is computed at a time (``_MODEL_LOCK``)."""
         sampling = SamplingParams(temperature=0.0, max_new_tokens=self.max_new_tokens)
-        sample = self.engine.generate([self.prompt_ids(question, secret)], sampling)[0]
-        text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
+        with _MODEL_LOCK:
+            sample = self.engine.generate([self.prompt_ids(question, secret)], sampling)[0]
+            text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
         return self.postprocess(text, secret)
 
 
@@ -197,9 +201,15 @@ class LazyLLMOracle:
 
     def answer(self, question: str, secret: Secret) -> str:
         if self._oracle is None:
-            engine, tokenizer = _engine_and_tokenizer(self.model)
+            with _MODEL_LOCK:  # concurrent first questions build the shared model once
+                engine, tokenizer = _engine_and_tokenizer(self.model)
             self._oracle = LLMOracle(engine, tokenizer, self.prompt, self.postprocess, self.max_new_tokens)
         return self._oracle.answer(question, secret)
+
+
+# Guards the LLM oracles' engines and tokenizers (shared by all envs of a process, called from the env pool's threads):
+# the first build of a model, and every encode + generate + decode.
+_MODEL_LOCK = threading.RLock()
 
 
 @functools.lru_cache(maxsize=4)

@@ -152,8 +152,8 @@ def _proxy(engine, tok, cfg, env: str, n: int):  # noqa: ANN001, ANN202
     from ragen.agent import AgentProxy, EnvGroupSpec
 
     class Keeping(AgentProxy):
-        def _open(self, slot):  # noqa: ANN001, ANN202
-            ctx = super()._open(slot)
+        def _open(self, slot, described):  # noqa: ANN001, ANN202
+            ctx = super()._open(slot, described)
             self.contexts.append(ctx)
             return ctx
 

@@ -206,6 +206,8 @@ t.add("agent.history_thinking", changes(PROMPT, "strip", when=(*MULTI_TURN, "age
       rejected("strip", when=MULTI_TURN), rejected("strip", when="agent.layout=turn"),
       note="strip needs agent.layout=turn and an env of more than one turn")
 t.add("agent.observations", changes(PROMPT, "blind", when=MULTI_TURN))
+t.add("agent.env_workers", invariant(ROLLOUT, 1, 4, when=MULTI_TURN), rejected(0, -2, 2.5, True),
+      note="speed: a batch is the same for any value (tests/agent/test_env_concurrency.py)")
 
 # ---- env
 t.add("env.name", rejected("frozen_lake", match="for env 'frozen_lake'"),

@@ -194,6 +194,7 @@ class AgentSection:
     reminder: str = "every_turn"
     history_thinking: str = "keep"
     observations: str = "shown"
+    env_workers: int = 32
 
     def __post_init__(self) -> None:
         if self.layout not in ROW_LAYOUTS:  # the one key every layout-dependent part of a run is chosen by

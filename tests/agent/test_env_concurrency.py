@@ -256,8 +256,8 @@ def test_bad_env_workers_are_refused_with_key_value_and_fix(bad):
 
 def test_bad_env_workers_fail_the_trainer_config_before_start():
     from ragen.launch import validate
-    from ragen.trainer.compose import compose, to_train_config
-    from ragen.trainer.config import ConfigError
+    from ragen.trainer.config.compose import compose, to_train_config
+    from ragen.trainer.config.schema import ConfigError
 
     for bad, expected in ((0, "agent.env_workers must be an int >= 1, the threads that step envs at once "
                                 "(e.g. 32; 1 = one env after another), got 0"),

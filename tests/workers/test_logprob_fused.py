@@ -56,7 +56,7 @@ def batch(seed: int = 0, B: int = 3, T: int = 20):
 def run(toy: Toy, ids, mask, temperature, with_entropy, checkpoint, fused=True, chunk=7):
     lp, ent = log_probs_from_hidden(toy.head, toy.hidden(ids), ids, mask, temperature=temperature, chunk_size=chunk,
                                     with_entropy=with_entropy, checkpoint=checkpoint, fused=fused)
-    w = torch.randn(ids.shape, generator=torch.Generator().manual_seed(5))
+    w = torch.randn(ids.shape, generator=torch.Generator().manual_seed(5)).to(ids.device)
     loss = (lp * w).sum() + (0.3 * (ent * w.flip(0)).sum() if with_entropy else 0.0)
     toy.zero_grad()
     loss.backward()
@@ -193,6 +193,22 @@ def test_bf16_weights_match_generic_path():
     for n in a[2]:
         assert a[2][n].dtype == torch.bfloat16 and torch.equal(a[2][n], b[2][n]), n
         assert_near(a[2][n].float(), g[2][n].float(), 2e-2, n)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_device_twin_fused_equals_generic(device, dtype):
+    """On the device (CUDA twin under the ``gpu`` marker): forward bits equal the generic path's, ``checkpoint``
+    True / False give equal gradients, gradients near the generic path's (fp32: rounding; bf16 autocast: bf16)."""
+    ids, mask = (t.to(device) for t in batch(seed=7, T=40))
+    toy = Toy(tied=True, bias=False).to(device)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
+        a = run(toy, ids, mask, 0.7, True, checkpoint=True)
+        b = run(toy, ids, mask, 0.7, True, checkpoint=False)
+        g = run(toy, ids, mask, 0.7, True, checkpoint=True, fused=False)
+    assert torch.equal(a[0], g[0]) and torch.equal(a[1], g[1])
+    for n in a[2]:
+        assert torch.equal(a[2][n], b[2][n]), n
+        assert_near(a[2][n], g[2][n], 1e-5 if dtype == "fp32" else 1e-2, n)
 
 
 def test_hooked_or_wrapped_heads_take_the_generic_path():

@@ -118,6 +118,11 @@ def test_a_bad_entry_fails_before_the_start(tmp_path):
     with pytest.raises(ConfigError, match="env.config.tool_parser='xml' is unknown"):
         validate(load_train_config("base", _overrides(tmp_path, f"env.config.entry={__name__}:flaky_calculator",
                                                       "env.config.tool_parser=xml")))
+    from ragen.trainer.config.unread_keys import explicit_keys
+
+    with explicit_keys(["agent.think"]), pytest.raises(ConfigError, match="agent.think=false has no effect"):
+        validate(load_train_config("base", _overrides(tmp_path, f"env.config.entry={__name__}:flaky_calculator",
+                                                      "agent.think=false")))
     with pytest.raises(ConfigError, match="rollout.val_envs names agent_program"):
         validate(load_train_config("base", _overrides(
             tmp_path, "rollout.val_envs=[{name: agent_program, n_groups: 1, config: {entry: 'x:y'}}]", env="bandit")))

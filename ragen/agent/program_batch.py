@@ -33,7 +33,7 @@ import torch
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
 from ragen.agent.collate import place_turn_rewards, row_tensors
 from ragen.agent.layout import Row, placeholder
-from ragen.gateway.record import CallRecord, EpisodeRows, merge_calls
+from ragen.gateway.record import CallRecord, EpisodeRows, merge_calls, merge_counters
 
 ENV_NAME = "agent_program"
 
@@ -122,13 +122,12 @@ def program_batch(episodes: Sequence[ProgramEpisode], layout: str, pad_id: int) 
 
 def program_metrics(episodes: Sequence[ProgramEpisode], merged: Sequence[EpisodeRows],
                     masked: int) -> dict[str, float]:
-    """``env/agent_program/{success, reward, turns, failed, format_ok}`` (means over episodes; ``failed`` a count;
-    ``reward`` and ``success`` (reward > 0) of the episodes that did not fail count as 0 for failed ones),
-    ``gateway/merged_turns``, ``gateway/forks``, ``gateway/forks/<reason>``, ``gateway/failed_episodes``,
-    ``gateway/masked_episodes`` (trajectory rows of forked episodes), ``gateway/calls`` and
-    ``rollout/env_errors``, ``rollout/context_cut_ratio`` (the masked share of the episodes)."""
-    from ragen.gateway.record import merge_counters
-
+    """``env/agent_program/{success, reward, turns, failed, format_ok}``: means over all episodes (a failed one
+    counts 0 reward and no success; success = reward > 0), ``failed`` a count, ``format_ok`` the share of calls
+    without a malformed tool call; ``gateway/merged_turns``, ``gateway/forks``, ``gateway/forks/<reason>``,
+    ``gateway/failed_episodes``, ``gateway/masked_episodes`` (``masked``: trajectory rows of forked episodes),
+    ``gateway/calls``; ``rollout/env_errors`` (failed episodes) and ``rollout/context_cut_ratio`` (the masked
+    share of the episodes), as the env proxy reports them."""
     n = max(len(episodes), 1)
     ok = [ep for ep in episodes if not ep.failed]
     parses = [c.tool_parse.malformed for ep in episodes for c in ep.calls]

@@ -238,6 +238,19 @@ COMMENTS: dict[str, str] = {
 }
 
 ENV_COMMENTS: dict[str, dict[str, str]] = {
+    'agent_program': {
+        'name': 'your agent program, played through the OpenAI-compatible gateway (docs/gateway.md)',
+        'max_turn': 'calls per episode the run plan and memory checks assume (the program decides its calls)',
+        'config': 'keyword arguments of ragen.env.agent_program.AgentProgram',
+        'config.entry': (
+            'required: module:function, called as function(base_url, api_key, task, seed) -> reward (sync or '
+            'async), e.g. ragen.gateway.examples.calculator:run'),
+        'config.tasks': 'a list of tasks: seed s plays tasks[s % len] | null = tasks_entry',
+        'config.tasks_entry': 'module:function, seed -> task | null = the program draws its task from the seed',
+        'config.timeout_s': 'time limit of one program run; past it the episode fails and trains nothing',
+        'config.tool_parser': 'hermes (<tool_call>{json}</tool_call>: Hermes, Qwen2.5, Qwen3) | none',
+        'config.model': 'the model name the endpoint serves (requests must name it)',
+    },
     'bandit': {
         'name': 'registry name',
         'max_turn': 'suggested episode length in turns for this env',

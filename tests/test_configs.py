@@ -195,7 +195,7 @@ def test_base_and_env_yaml_are_generated_from_the_code_that_owns_the_defaults():
     here."""
     gen = _script("config_yaml")
     files = gen.rendered()
-    assert CONFIG / "base.yaml" in files and CONFIG / "env" / "frozen_lake.yaml" in files and len(files) == 12
+    assert CONFIG / "base.yaml" in files and CONFIG / "env" / "frozen_lake.yaml" in files and len(files) == 13
     for path, text in files.items():
         assert path.read_text() == text, f"{path.name} is stale: run `python scripts/config_yaml.py`"
     assert "actor.temperature" in gen.LINKS and gen.scalar(1e-6) == "1.0e-06" and gen.scalar("||") == "'||'"

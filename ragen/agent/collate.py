@@ -34,7 +34,7 @@ import torch
 from ragen.agent.batch import RolloutBatch
 from ragen.agent.context import EpisodeContext
 from ragen.agent.env_manager import EnvSlot
-from ragen.agent.layout import RowLayout, turn_map
+from ragen.agent.layout import Row, RowLayout, turn_map
 
 # Warn-once flags of this process (one training run).
 _state = {"warned_context_cut": False}
@@ -60,30 +60,19 @@ def build_batch(
     cut = [contexts[r.episode] is not None and contexts[r.episode].history_cut for r in rows]
     masked = [r.masked for r in rows]  # not what the model saw (a cut trajectory row)
     maps = [turn_map(ctx, len(slot.turn_rewards)) for slot, ctx in zip(slots, contexts, strict=True)]
-    b, t = len(rows), max(len(r.ids) for r in rows)
+    b = len(rows)
     k_max = max(1, max(len(s.turn_rewards) for s in slots))
-    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
-    attention = torch.zeros((b, t), dtype=torch.long)
-    turn_ids = torch.full((b, t), -1, dtype=torch.long)
-    log_probs = torch.zeros((b, t), dtype=torch.float32)
-    token_rewards = torch.zeros((b, t), dtype=torch.float32)
+    input_ids, attention, turn_ids, log_probs = row_tensors(rows, pad_id)
+    token_rewards = torch.zeros(input_ids.shape, dtype=torch.float32)
     turn_rewards = torch.zeros((b, k_max), dtype=torch.float32)
     step_rewards = torch.zeros((b, k_max), dtype=torch.float32)
     tool_results = torch.zeros((b, k_max), dtype=torch.bool)
     for i, row in enumerate(rows):
-        n, slot = len(row.ids), slots[row.episode]
-        input_ids[i, :n] = torch.tensor(row.ids, dtype=torch.long)
-        attention[i, :n] = 1
-        turn_ids[i, :n] = torch.tensor(row.turn_ids, dtype=torch.long)
-        log_probs[i, :n] = torch.tensor(row.log_probs, dtype=torch.float32)
-        tmap = maps[row.episode]
+        slot, tmap = slots[row.episode], maps[row.episode]
         turn_rewards[i] = torch.tensor(_merged(slot.turn_rewards, tmap, k_max), dtype=torch.float32)
         step_rewards[i] = torch.tensor(_merged(slot.step_rewards, tmap, k_max), dtype=torch.float32)
         tool_results[i] = torch.tensor(_merged(slot.tool_results, tmap, k_max, any), dtype=torch.bool)
-        for k, r in enumerate(turn_rewards[i, : max(tmap, default=-1) + 1].tolist()):
-            pos = (turn_ids[i] == k).nonzero()
-            if len(pos):  # the reward sits on the turn's last model token
-                token_rewards[i, int(pos[-1])] = r
+        place_turn_rewards(token_rewards[i], turn_ids[i], turn_rewards[i, : max(tmap, default=-1) + 1].tolist())
         if slot.failed or masked[i]:  # trains nothing (failed: module docstring of ragen.agent.rollout)
             turn_ids[i] = -1
             token_rewards[i] = 0.0
@@ -118,6 +107,33 @@ def build_batch(
         episode_index=episode,
         turn_index=torch.tensor([r.turn for r in rows], dtype=torch.long),
     )
+
+
+def row_tensors(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``rows`` right-padded to the longest: (input_ids long, attention_mask long, turn_ids long, log_probs float),
+    each (B, T), with ``pad_id`` / 0 / -1 / 0.0 past a row's end (``RolloutBatch``'s positions)."""
+    b, t = len(rows), max(len(r.ids) for r in rows)
+    input_ids = torch.full((b, t), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, t), dtype=torch.long)
+    turn_ids = torch.full((b, t), -1, dtype=torch.long)
+    log_probs = torch.zeros((b, t), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        n = len(row.ids)
+        input_ids[i, :n] = torch.tensor(row.ids, dtype=torch.long)
+        attention[i, :n] = 1
+        turn_ids[i, :n] = torch.tensor(row.turn_ids, dtype=torch.long)
+        log_probs[i, :n] = torch.tensor(row.log_probs, dtype=torch.float32)
+    return input_ids, attention, turn_ids, log_probs
+
+
+def place_turn_rewards(token_rewards: torch.Tensor, turn_ids: torch.Tensor, rewards: list[float]) -> None:
+    """Write turn ``k``'s reward ``rewards[k]`` on the last token of one row (``token_rewards``, (T,)) whose
+    ``turn_ids`` is ``k`` (the turn's last model token, ``RolloutBatch.token_rewards``); turns without a token in
+    the row place nothing."""
+    for k, r in enumerate(rewards):
+        pos = (turn_ids == k).nonzero()
+        if len(pos):
+            token_rewards[int(pos[-1])] = r
 
 
 def _first_keys(keys: list[str], index: list[int]) -> list[str]:

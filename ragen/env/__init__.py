@@ -6,6 +6,7 @@ from ragen.env.base import (
     config_keys,
     default_config,
     has_expert,
+    is_program,
     make,
     missing_extras,
     names,
@@ -14,5 +15,5 @@ from ragen.env.base import (
     reports_step_split,
 )
 
-__all__ = ["Env", "StepResult", "config_keys", "default_config", "has_expert", "make", "missing_extras", "names",
-           "plugin_names", "register", "reports_step_split"]
+__all__ = ["Env", "StepResult", "config_keys", "default_config", "has_expert", "is_program", "make", "missing_extras",
+           "names", "plugin_names", "register", "reports_step_split"]

@@ -154,6 +154,7 @@ _BUILTIN_MODULES: dict[str, str] = {
     "guess_my_city": "ragen.env.guess_my_city",
     "static_qa": "ragen.env.static_qa",
     "text_adventure": "ragen.env.text_adventure",
+    "agent_program": "ragen.env.agent_program",
 }
 
 
@@ -198,6 +199,12 @@ def reports_step_split(name: str) -> bool:
 def has_expert(name: str) -> bool:
     """True when env ``name``'s registered factory has an ``expert_action`` method (see the module docstring)."""
     return callable(getattr(_lookup(name), "expert_action", None))
+
+
+def is_program(name: str) -> bool:
+    """True when ``name`` is the config of a user's agent program (class attribute ``PROGRAM``,
+    ``ragen.env.agent_program``): the trainer runs it through its program driver instead of stepping it."""
+    return bool(getattr(_lookup(name), "PROGRAM", False))
 
 
 def make(name: str, **config: Any) -> Env:

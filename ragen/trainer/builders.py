@@ -345,10 +345,14 @@ def build_engine(cfg: TrainConfig, model_path: str, tokenizer: Any, placement_gr
 
 
 def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, Any]:
-    """(train proxy, validation proxy). They share the engine; validation may sample at its own temperature."""
+    """(train proxy, validation proxy). They share the engine; validation may sample at its own temperature.
+
+    The rollout driver is the env's entry of :data:`ROLLOUT_DRIVERS` (the agent proxy, which steps envs, for every
+    env without one): ``agent_program``, the user's program, is played through the gateway
+    (``ragen.agent.program_rollout``)."""
     import dataclasses
 
-    from ragen.agent import AgentProxy, EnvGroupSpec
+    from ragen.agent import EnvGroupSpec
 
     ro = cfg.rollout
     train = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.group_size, g.env.max_turn,
@@ -356,14 +360,35 @@ def build_proxies(cfg: TrainConfig, engine: Any, tokenizer: Any) -> tuple[Any, A
     val = [EnvGroupSpec(g.env.name, dict(g.env.config), g.n_groups, ro.val_group_size, g.env.max_turn,
                         g.env.max_actions_per_turn) for g in env_mix.val_groups(cfg)]
     agent = cfg.agent_config()
-    train_proxy = AgentProxy(engine, tokenizer, agent, train, val, seed=cfg.trainer.seed,
-                             val_seed=cfg.rollout.val_seed)
     val_agent = agent
     if cfg.rollout.val_temperature is not None:
         val_agent = dataclasses.replace(agent, temperature=cfg.rollout.val_temperature)
-    val_proxy = AgentProxy(engine, tokenizer, val_agent, val, val, seed=cfg.rollout.val_seed,
-                           val_seed=cfg.rollout.val_seed)
+    driver = ROLLOUT_DRIVERS.get(cfg.env.name, _env_proxy)
+    train_proxy = driver(engine, tokenizer, agent, train, val, cfg.trainer.seed, cfg.rollout.val_seed)
+    val_proxy = driver(engine, tokenizer, val_agent, val, val, cfg.rollout.val_seed, cfg.rollout.val_seed)
     return train_proxy, val_proxy
+
+
+def _env_proxy(engine: Any, tokenizer: Any, agent: Any, train: list, val: list, seed: int, val_seed: int) -> Any:
+    """The agent proxy over ``train`` / ``val`` env groups (``ragen.agent.rollout``)."""
+    from ragen.agent import AgentProxy
+
+    return AgentProxy(engine, tokenizer, agent, train, val, seed=seed, val_seed=val_seed)
+
+
+def _program_proxy(engine: Any, tokenizer: Any, agent: Any, train: list, val: list, seed: int,
+                   val_seed: int) -> Any:
+    """The program driver over the one ``agent_program`` group spec of ``train`` / ``val``
+    (``ragen.agent.program_rollout``; the config checks refuse a mix with other envs)."""
+    from ragen.agent.program_rollout import ProgramGroups, ProgramProxy
+
+    (train_spec,), (val_spec,) = train, val
+    return ProgramProxy(engine, tokenizer, agent, ProgramGroups.of(train_spec), ProgramGroups.of(val_spec),
+                        seed=seed, val_seed=val_seed)
+
+
+# env name -> the rollout driver that plays it (default: the agent proxy, ``_env_proxy``)
+ROLLOUT_DRIVERS: dict[str, Any] = {"agent_program": _program_proxy}
 
 
 def record_placement(workers: dict[str, Any], run_dir: Path) -> str:

@@ -12,6 +12,9 @@ OBS = Quantity("expert", ("prompt_tokens",), "observations in the prompts")
 REWARDS = Quantity("expert", ("token_rewards",), "rewards")
 EPISODES = Quantity("expert", ("prompt_tokens", "sampled_tokens", "token_rewards"),
                     "episodes: observations, expert answers, rewards")
+PROGRAM_OBS = Quantity("rollout", ("prompt_tokens",), "prompts of the program's calls")
+PROGRAM_EPISODES = Quantity("rollout", ("prompt_tokens", "sampled_tokens", "token_rewards"),
+                            "episodes: the program's prompts, trained samples, rewards")
 SCRIPTED_REWARDS = Quantity("rollout", ("token_rewards",), "rewards of scripted answers")
 LLM_EPISODES = Quantity("expert", ("prompt_tokens", "sampled_tokens", "token_rewards"),
                         "episodes: observations, expert answers, rewards", slow=True)
@@ -32,7 +35,8 @@ def env_context(env: str) -> tuple[str, ...]:
     """The context ``env``'s keys are walked in: the env's group, two turns, room for the expert's answers (and a
     game file name for text_adventure, whose fake game the probes pass as ``game_factory``)."""
     game = ("env.config.game_path=game.z5",) if env == "text_adventure" else ()
-    return (f"env={env}", "env.max_turn=2", "agent.max_new_tokens=128", *game)
+    program = ("env.config.entry=ragen.gateway.examples.calculator:run",) if env == "agent_program" else ()
+    return (f"env={env}", "env.max_turn=2", "agent.max_new_tokens=128", *game, *program)
 
 
 def _ctx(env: str, *extra: str) -> tuple[str, ...]:
@@ -45,6 +49,20 @@ def add_env_rows(t: Table) -> None:
 
     def allow(env: str, key: str, reason: str) -> None:
         t.allow(f"env.config.{key}", reason, env=env)
+
+    c = _ctx("agent_program")  # the calculator example against the scripted engine (no answer is a number)
+    row("agent_program", "entry", changes(PROGRAM_EPISODES, "ragen.gateway.examples.calculator:make_task", when=c),
+        rejected("no_such_module:run", "ragen.gateway.examples.calculator:nothing", when=c),
+        note="make_task is no program (it takes a seed only): every episode fails")
+    row("agent_program", "tasks", changes(PROGRAM_OBS, [{"question": "What is 2 + 2?", "answer": 4}], when=c),
+        rejected([], when=c))
+    row("agent_program", "tasks_entry", rejected("no_such_module:tasks", when=c),
+        note="live as tasks is: the task of each seed (tests/agent/test_program_rollout.py)")
+    row("agent_program", "timeout_s", rejected(0, when=c))
+    row("agent_program", "tool_parser", rejected("xml", when=c),
+        note="hermes | none: how tool calls are read (tests/gateway/test_toolcalls.py)")
+    row("agent_program", "model", changes(PROGRAM_OBS, "another", when=c),
+        note="the example's requests name ragen: another name answers each with a 400 and fails the episode")
 
     c = _ctx("bandit")
     row("bandit", "low_arm", changes(EPISODES, "tiger", when=c))

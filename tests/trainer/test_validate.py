@@ -14,7 +14,7 @@ from ragen.trainer.config.schema import ConfigError
 
 CASES = [
     # (overrides, text the message must contain)
-    (["env.name=no_such_env"], "env.name='no_such_env' is unknown; registered envs: bandit"),
+    (["env.name=no_such_env"], "env.name='no_such_env' is unknown; registered envs: agent_program, bandit"),
     (["+env.config.bogus=1"], "env.config has unknown key(s) ['bogus'] for env 'bandit'"),
     (["env.max_turn=0"], "env.max_turn=0 must be >= 1"),
     (["env.max_actions_per_turn=0"], "env.max_actions_per_turn=0 must be >= 1"),

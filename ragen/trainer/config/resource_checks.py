@@ -260,6 +260,8 @@ def env_problems(cfg: TrainConfig) -> list[str]:
         key = (g.env.name, json.dumps(g.env.config, sort_keys=True, default=str))
         if key in seen or g.env.name not in ragen.env.names():  # unknown names are validate's problem
             continue
+        if ragen.env.is_program(g.env.name):  # a program, not a stepped env: validate built it (its entry)
+            continue
         seen.add(key)
         try:
             env = ragen.env.make(g.env.name, **dict(g.env.config))

@@ -78,6 +78,31 @@ def _env_refuses(name: str, config: dict) -> list[str]:
     return []
 
 
+@register("agent_program", reads=("env.name", "env.config.tool_parser", "rollout.train_envs", "rollout.val_envs",
+                                  "algorithm.name"), after=("env_mix",))
+def check_agent_program(cfg: TrainConfig) -> list[str]:
+    """``env=agent_program`` (the user's program, ``ragen.env.agent_program``): the PPO family only, alone in its
+    run (it is played by its own rollout driver, chosen by ``env.name``), with a known tool-call format."""
+    from ragen.env.agent_program import PROGRAM_ENV
+    from ragen.gateway.toolcalls import TOOL_PARSERS
+
+    out = []
+    for key in ("train_envs", "val_envs"):
+        names = [e.get("name") if isinstance(e, dict) else e for e in getattr(cfg.rollout, key)]
+        if PROGRAM_ENV in names:
+            out.append(f"rollout.{key} names {PROGRAM_ENV}: an agent program is played alone; set env={PROGRAM_ENV} "
+                       f"(with rollout.n_groups / rollout.val_n_groups) and rollout.{key}=[]")
+    if cfg.env.name != PROGRAM_ENV:
+        return out
+    if cfg.algorithm.name != "ppo":
+        out.append(f"algorithm.name={cfg.algorithm.name!r} cannot train env={PROGRAM_ENV}: the ArCHer family samples "
+                   "turn by turn itself; use algorithm.name=ppo (python -m ragen.train)")
+    parser = dict(cfg.env.config).get("tool_parser", "hermes")
+    if parser not in TOOL_PARSERS:
+        out.append(f"env.config.tool_parser={parser!r} is unknown; use one of {', '.join(sorted(TOOL_PARSERS))}")
+    return out
+
+
 @register("agent", reads=("agent", "actor.temperature", "env.max_turn"), after=("env_mix",), per_env=True)
 def check_agent(cfg: TrainConfig) -> list[str]:
     ag, out = cfg.agent, []

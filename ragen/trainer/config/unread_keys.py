@@ -291,9 +291,26 @@ def _agent(cfg: TrainConfig) -> list[str]:
             "no prompt holds an earlier turn's thinking; remove the override (default 'keep')"]
 
 
+# The agent keys the program rollout driver reads (``ragen.agent.program_rollout``): sampling, budgets and the layout.
+PROGRAM_AGENT_KEYS = ("max_model_len", "max_new_tokens", "temperature", "top_p", "top_k", "layout")
+
+
+def _program(cfg: TrainConfig) -> list[str]:
+    """``env=agent_program``: the agent keys typed on the command line that shape the env proxy's prompts and
+    parsing, which a program writes and reads itself (:data:`PROGRAM_AGENT_KEYS` are read)."""
+    from ragen.env.agent_program import PROGRAM_ENV
+
+    if cfg.env.name != PROGRAM_ENV:
+        return []
+    unread = tuple(f.name for f in dataclasses.fields(cfg.agent) if f.name not in PROGRAM_AGENT_KEYS)
+    return _inert(cfg, "agent", _explicit("agent", unread), f"env={PROGRAM_ENV} runs your program, which writes "
+                  "its own prompts and reads its own answers", "remove the override")
+
+
 @register("inert", reads=("algorithm", "actor", "critic", "ref", "model", "archer", "rollout", "agent"),
           after=("env_mix",), families=("ppo",))
 def check_inert(cfg: TrainConfig) -> list[str]:
     """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
     nothing reads in this configuration (see the module docstring)."""
-    return _algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg) + _agent(cfg)
+    return (_algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg) + _agent(cfg)
+            + _program(cfg))

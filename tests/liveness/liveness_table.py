@@ -313,7 +313,7 @@ t.add("trainer.sft_warmup_steps", changes(WARM, 1), rejected(1, when=("env=text_
 for key in ("loggers", "project_name", "experiment_name", "progress_bar", "verbose", "report", "report_train_samples",
             "report_val_samples"):
     t.allow(f"trainer.{key}", "logging / run report")
-t.add("trainer.collapse_every", invariant(STEP, 0, 1, when=MULTI_TURN),
+t.add("trainer.collapse_every", invariant(STEP, 0, 1, when=MULTI_TURN), rejected(1, when=ARCHER_CTX),
       note="metrics only (collapse/*, measured at step 1 by default): tests/trainer/test_collapse_run.py")
 t.add("trainer.collapse_prompts", invariant(STEP, 2, when=MULTI_TURN), rejected(2, when="trainer.collapse_every=0"),
       note="metrics only: how many prompts per turn the collapse metrics compare")

@@ -396,7 +396,7 @@ class TrainerSection:
     report_train_samples: int = 4
     report_val_samples: int | None = 8
     collapse_every: int = 10
-    collapse_prompts: int = 8
+    collapse_prompts: int = 6
     max_consecutive_skips: int = 3
     max_failed_steps: int = 2
     worker_call_timeout_s: float | None = 3600.0

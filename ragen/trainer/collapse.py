@@ -8,9 +8,10 @@ the sampling temperature (``PolicyWorker.collapse_cross``). ``ragen.algorithms.c
 into ``collapse/mi``, ``collapse/retrieval_acc``, ``collapse/chance_acc`` ... pooled over turns and per turn
 (``collapse/turn_k/...``).
 
-Rows of failed episodes (the env raised; their tokens are not the policy's play) and rows whose history was cut for
-the context window (their row is not what the policy saw) are left out. The sample is chosen without randomness and
-the forward neither trains nor draws random numbers, so the metrics change no training number.
+Rows of failed episodes (the env raised; their tokens are not the policy's play) and trajectory rows whose history
+was cut for the context window (the row is not what the policy saw; a turn-layout row always is) are left out. The
+sample is chosen without randomness and the forward neither trains nor draws random numbers, so the metrics change
+no training number.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def collapse_due(step: int, every: int) -> bool:
 def collapse_sample(batch: RolloutBatch, prompts_per_turn: int) -> list[TurnPair]:
     """The (prompt, response) pairs scored: per turn, at most ``prompts_per_turn`` distinct prompts with a non-empty
     response, spread evenly over the batch's rows in order (``pick_pairs`` without a generator), ordered by (turn,
-    row). Rows of failed or context-cut episodes are left out."""
+    row). Rows of failed episodes are left out, and trajectory rows of episodes whose history was cut (a turn row,
+    ``batch.turn_index`` set, is the exact prompt the policy saw, cut or not)."""
     skip = torch.zeros(batch.batch_size, dtype=torch.bool)
-    for flags in (batch.failed, batch.context_cut):
+    cut = batch.context_cut if batch.turn_index is None else None
+    for flags in (batch.failed, cut):
         if flags is not None and flags.shape == skip.shape:
             skip |= flags.bool().cpu()
     rows = [r for r in range(batch.batch_size) if not bool(skip[r])]

@@ -14,7 +14,7 @@ from factories import rollout_batch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from ragen.trainer.collapse import collapse_due, collapse_step_metrics
+from ragen.trainer.collapse import collapse_due, collapse_sample, collapse_step_metrics
 from ragen.workers import ActorConfig, LocalWorkerGroup, PolicyWorker
 from ragen.workers.collapse_probe import cross_log_probs, lm_log_prob_fn
 
@@ -97,6 +97,17 @@ def test_copying_policy_reads_and_blind_one_does_not(model_dir, copy_prob, reads
             assert m[f"{prefix}/mi"] == pytest.approx(0.0, abs=1e-6)
             assert m[f"{prefix}/retrieval_acc"] == pytest.approx(1 / n)
     assert m["collapse/mi_bound"] == pytest.approx(math.log(n))
+
+
+def test_turn_rows_with_cut_history_are_scored():
+    """A turn-layout row is the exact prompt the policy saw, so a cut history does not leave it out (a trajectory
+    row with a cut history is not what the policy saw, and is left out)."""
+    rows = [[([5, 100 + i], -1), ([100 + i], 0)] for i in range(3)]
+    cut = torch.tensor([False, True, False])
+    turn_rows = rollout_batch(rows, [[0.0]] * 3, turn_rows=([0, 1, 2], [0, 0, 0]), context_cut=cut)
+    trajectory = rollout_batch(rows, [[0.0]] * 3, context_cut=cut)
+    assert [p.row for p in collapse_sample(turn_rows, 8)] == [0, 1, 2]
+    assert [p.row for p in collapse_sample(trajectory, 8)] == [0, 2]
 
 
 def test_sample_limit_and_schedule(model_dir):

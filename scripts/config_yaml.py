@@ -156,7 +156,9 @@ COMMENTS: dict[str, str] = {
     'algorithm.return_mode': 'adv_plus_value | reward_to_go',
     'algorithm.estimator_args': "the estimator's own hyperparameters (a plugin's keyword-only params)",
     'algorithm.kl_in_reward': 'KL penalty in the token rewards (not ms_grpo / ms_po: use actor.use_kl_loss)',
+    'algorithm.rollout_filter': 'group filter: std_ratio (fixed keep ratio) | variance_share (RAGEN-2 SNR filter)',
     'algorithm.rollout_filter_ratio': 'keep this fraction of groups, highest in-group reward std first',
+    'algorithm.rollout_filter_variance_share': 'variance_share: keep top-variance groups until this share of total',
     'algorithm.use_step_reward': "false: token rewards without the env's step rewards (outcome only; search_qa)",
     'algorithm.rollout_correction': 'importance weights pi_old / pi_engine (detached) on the per-token policy loss',
     'algorithm.rollout_correction.mode': (
@@ -191,6 +193,8 @@ COMMENTS: dict[str, str] = {
     'trainer.report_train_samples': (
         'training episodes per step saved with their advantages (train_samples/step_N.jsonl)'),
     'trainer.report_val_samples': 'validation episodes saved with tokens and credit (null = all; the rest as text)',
+    'trainer.collapse_every': 'log collapse/* (prompt-response MI, retrieval) every N steps; 0 = never',
+    'trainer.collapse_prompts': 'distinct prompts per turn the collapse metrics compare (cost ~ square)',
     'trainer.max_consecutive_skips': 'stop after N consecutive steps skipped for NaN/inf (0 = never)',
     'trainer.max_failed_steps': 'stop after N consecutive steps in which every episode failed (env errors; 0 = never)',
     'trainer.worker_call_timeout_s': (

@@ -10,7 +10,7 @@ from ragen.archer.dialogues import dialogue_problems
 from ragen.trainer.config.archer_schema import ALGORITHMS, ArcherSection, critic_problems, uses_critic
 from ragen.trainer.config.preflight import preflight, register, register_family
 from ragen.trainer.config.run_shape import world_size
-from ragen.trainer.config.schema import TrainConfig
+from ragen.trainer.config.schema import TrainConfig, TrainerSection
 from ragen.trainer.layout import layout_of
 
 register_family("archer", ALGORITHMS)
@@ -43,6 +43,11 @@ def check_archer(cfg: TrainConfig) -> list[str]:
     if name != "filtered_bc" and a.bc_loss_agg != "token-mean":
         out.append(f"archer.bc_loss_agg={a.bc_loss_agg!r} is online filtered BC's loss and has no effect with "
                    f"algorithm.name={name}; leave it at token-mean")
+    for key in ("collapse_every", "collapse_prompts"):
+        value, default = getattr(cfg.trainer, key), getattr(TrainerSection(), key)
+        if value != default:
+            out.append(f"trainer.{key}={value} has no effect: the ArCHer family logs no collapse metrics (the PPO "
+                       f"trainer does); remove the override (default {default})")
     out += dialogue_problems(cfg)
     out += _rollout_correction_problems(cfg)
     out += layout_of(cfg).turn_rows_problems("the ArCHer family stores one replay record per turn with the exact "

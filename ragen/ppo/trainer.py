@@ -2,7 +2,9 @@
 
 Per step::
 
-    rollout (agent proxy over the engine) -> engine sleep -> reload -> rollout filtering -> old / ref log-probs
+    rollout (agent proxy over the engine) -> engine sleep -> reload -> collapse metrics (every
+    ``trainer.collapse_every`` steps, ``ragen.trainer.collapse``) -> rollout filtering (a batch it leaves empty skips
+    the update) -> old / ref log-probs
     (and the rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``) -> values
     -> bootstrap values (episodes cut by the length budget) -> advantages (ragen.algorithms) -> critic update
     -> actor update -> offload -> engine wake (weights) -> weight sync -> offload -> engine wake (KV cache)
@@ -37,6 +39,7 @@ from ragen.ppo.restarts import InitialState, rebuild_workers, rewind
 from ragen.ppo.truncation import bootstrap_values
 from ragen.report import Credit, build_report, pending_steps
 from ragen.trainer import builders, credit, layout, numerics, placement, step_memory
+from ragen.trainer.collapse import collapse_due, collapse_step_metrics
 from ragen.trainer.config.run_shape import engine_gpus, uses_kl, world_size
 from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.hosted import HostedEngines
@@ -242,12 +245,18 @@ class PPOTrainer:
         if errors:  # masked episodes (env raised, hung or returned garbage): kept with their seeds
             write_jsonl(run.dir / "env_errors.jsonl", errors, append=True)
         self.failed_steps.record(run.step + 1, batch.episodes)  # every episode failing, step after step: stop
+        if collapse_due(run.step + 1, cfg.trainer.collapse_every):  # does the policy read its prompts? (no update)
+            with self._timed("collapse", t):
+                metrics.update(collapse_step_metrics(actor, batch, cfg.trainer.collapse_prompts, run.proxy.pad_id))
         with self._timed("filter", t):
-            batch, filter_metrics = credit.filter_groups_by_std(batch, cfg.algorithm.rollout_filter_ratio)
+            batch, filter_metrics = credit.filter_groups(batch, cfg.algorithm)
         metrics.update(filter_metrics)
+        if batch.batch_size == 0:  # no group carries a reward signal (variance-share filter): nothing to train
+            metrics["train/skipped_update"] = 1.0
+            return self._close_step(metrics, t, start, batch, offload, updated=False)
         tb = self.layout.train_batch(batch)
         n_real = tb.batch_size
-        tb = self.layout.padded(tb, self.row_multiple(), run.proxy.pad_id)  # rows that mini-batches and ranks divide
+        tb = self._padded(tb)  # rows that mini-batches and ranks divide
         values = boot = None
         value_group = builders.value_worker(cfg, run.workers)  # the critic, or the actor's shared value head
         with self._timed("old_log_probs", t):
@@ -295,11 +304,19 @@ class PPOTrainer:
         if updated:
             with self._timed("actor_update", t):
                 metrics.update(actor.call("update", tb, progress=self._progress("actor")))
+        metrics.update(batch_metrics(batch, adv, ret, real_values))
+        metrics = self._close_step(metrics, t, start, batch, offload, updated)
+        self.skips.record(run.step + 1, bad or numerics.gradient_skips(metrics))
+        return metrics
+
+    def _close_step(self, metrics: dict[str, float], t: dict[str, float], start: float, batch: Any, offload: Any,
+                    updated: bool) -> dict[str, float]:
+        """The end of a step: wake the engine (with the new weights when ``updated``), then the step's timings
+        (``t``, the whole step since ``start``), throughput over ``batch`` and memory metrics into ``metrics``."""
+        run = self.run
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
             placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
-        self.skips.record(run.step + 1, bad or numerics.gradient_skips(metrics))
         step_s = time.perf_counter() - start
-        metrics.update(batch_metrics(batch, adv, ret, real_values))
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
         if self._report_seconds is not None:
@@ -307,6 +324,14 @@ class PPOTrainer:
         metrics.update(perf_metrics(batch, step_s, t))
         metrics.update(step_memory.step_metrics(run.workers, offload))
         return metrics
+
+    def _padded(self, tb: Any) -> Any:
+        """``tb`` with empty rows appended so mini-batches and ranks divide it: the layout's padding, and always
+        with the variance-share filter (its number of kept groups follows the batch)."""
+        multiple, pad_id = self.row_multiple(), self.run.proxy.pad_id
+        if self.cfg.algorithm.rollout_filter == "variance_share":
+            return layout.pad_rows(tb, multiple, pad_id)
+        return self.layout.padded(tb, multiple, pad_id)
 
     def sync_engine_weights(self) -> None:
         """Wake the engine's weights, give it the actor's current weights, wake its KV cache

@@ -112,7 +112,8 @@ def env_names(records: list[dict[str, Any]]) -> list[str]:
 
 def chart_specs(records: list[dict[str, Any]]) -> list[tuple[str, list[Series]]]:
     """(title, series) of every chart: per env success / format / turns (train and validation), rewards, lengths,
-    losses and the critic's numbers. Charts without any data are dropped."""
+    losses, the critic's numbers and the template-collapse metrics (``collapse/*``, docs/collapse.md). Charts
+    without any data are dropped."""
     specs = []
     for env in env_names(records):
         for leaf, label in (("success", "success"), ("format_ok", "format ok"), ("turns", "turns per episode")):
@@ -132,6 +133,10 @@ def chart_specs(records: list[dict[str, Any]]) -> list[tuple[str, list[Series]]]
                                 _series(records, "critic/returns/mean", "returns mean")]),
         ("critic explained variance", [_series(records, "critic/vf_explained_var", "explained var")]),
         ("warm start", [_series(records, "sft/nll", "nll")]),
+        ("template collapse: prompt-response MI (nats)", [_series(records, "collapse/mi", "mi"),
+                                                          _series(records, "collapse/mi_bound", "log N (most)")]),
+        ("template collapse: retrieval accuracy", [_series(records, "collapse/retrieval_acc", "retrieval acc"),
+                                                   _series(records, "collapse/chance_acc", "chance (1/N)")]),
     ]
     return [(t, s) for t, s in specs if any(x.points for x in s)]
 

@@ -1,4 +1,4 @@
-"""From a rollout to what the PPO update reads: the group filter, the estimators' inputs and outputs (advantages,
+"""From a rollout to what the PPO update reads: the group filters, the estimators' inputs and outputs (advantages,
 returns, KL in the reward), the worker batch and the rollout correction.
 
 Each function takes tensors / batches plus explicit scalars or one config section (never the whole config), so it
@@ -16,6 +16,7 @@ import torch
 
 from ragen.agent.batch import RolloutBatch
 from ragen.algorithms import AdvantageInputs, compute_advantage
+from ragen.algorithms.group_filter import select_by_variance_share
 from ragen.algorithms.losses import kl_penalties
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig, rollout_correction_weights
 from ragen.workers.data import TrainBatch
@@ -56,6 +57,48 @@ def filter_groups_by_std(batch: RolloutBatch, ratio: float) -> tuple[RolloutBatc
     rows = torch.nonzero(torch.isin(gids, kept)).flatten()
     metrics["rollout/kept_group_reward_std_mean"] = float(stds[torch.isin(unique, kept)].mean())
     return batch.select(rows), metrics
+
+
+def filter_groups(batch: RolloutBatch, alg: AlgorithmSection) -> tuple[RolloutBatch, dict[str, float]]:
+    """The group filter ``alg.rollout_filter`` chooses: :func:`filter_groups_by_std` (``std_ratio``, at
+    ``alg.rollout_filter_ratio``) or :func:`filter_groups_by_variance_share` (``variance_share``, at
+    ``alg.rollout_filter_variance_share``). Returns the kept rows (row order kept) and the filter's metrics."""
+    if alg.rollout_filter == "variance_share":
+        return filter_groups_by_variance_share(batch, alg.rollout_filter_variance_share)
+    return filter_groups_by_std(batch, alg.rollout_filter_ratio)
+
+
+def group_variances(batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(group_ids, variances)``: the batch's sorted group ids (G,) and each group's population variance (G,)
+    float64 of its training episodes' rewards (each episode once, failed and cut-history rows left out as in
+    :func:`filter_groups_by_std`); a group with fewer than two such episodes has variance 0."""
+    gids = batch.group_ids
+    unique = torch.unique(gids, sorted=True)
+    excluded = excluded_rows(batch)
+    counted = [r for r in episode_first_rows(batch) if excluded is None or not bool(excluded[r])]
+    rewards, ep_groups = trajectory_rewards(batch)[counted].double(), gids[counted]
+    var = torch.zeros(len(unique), dtype=torch.float64)
+    for i, g in enumerate(unique.tolist()):
+        r = rewards[ep_groups == g]
+        if r.numel() >= 2:
+            var[i] = (r - r.mean()).square().mean()
+    return unique, var
+
+
+def filter_groups_by_variance_share(batch: RolloutBatch, share: float) -> tuple[RolloutBatch, dict[str, float]]:
+    """Reward-variance (SNR) filtering after RAGEN-2 (``ragen.algorithms.group_filter.select_by_variance_share``):
+    keep the groups with the highest in-group reward variance until they hold ``share`` of the batch's total.
+    Groups without variance are never kept; a batch without any variance keeps no row (the trainer then skips the
+    update). Metrics ``rollout/snr_filter/*`` and, as the ratio filter's, ``rollout/kept_groups`` /
+    ``rollout/total_groups``."""
+    unique, var = group_variances(batch)
+    sel = select_by_variance_share(var, share)
+    kept = unique[sel.kept]
+    metrics = {**sel.as_metrics("rollout/snr_filter"), "rollout/kept_groups": float(kept.numel()),
+               "rollout/total_groups": float(len(unique)),
+               "rollout/snr_filter/no_signal": float(kept.numel() == 0)}
+    rows = torch.nonzero(torch.isin(batch.group_ids, kept)).flatten()
+    return (batch, metrics) if rows.numel() == batch.batch_size else (batch.select(rows), metrics)
 
 
 def episode_first_rows(batch: RolloutBatch) -> list[int]:

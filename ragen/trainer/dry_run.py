@@ -87,6 +87,9 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
     episodes, kept = groups * ro.group_size, run_shape.train_batch_size(cfg)
     filtered = (f", rollout filter keeps {run_shape.kept_groups(cfg)} groups = {kept} episodes"
                 if kept != episodes else "")
+    if cfg.algorithm.rollout_filter == "variance_share":
+        filtered = (f", rollout filter keeps the groups holding {cfg.algorithm.rollout_filter_variance_share:g} of "
+                    "the reward variance (at most all)")
     layout, turns = layout_of(cfg), env_mix.max_turns(cfg)
     max_rows, rows = layout.rows.max_rows(kept, turns), layout.rows_text(kept, turns)
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]

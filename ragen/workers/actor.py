@@ -28,6 +28,7 @@ from ragen.utils.memory import PHASE_MEMORY, PhasePeaks, memory_stats
 from ragen.utils.process import location, match_driver_priority, niceness
 from ragen.workers import dist as D
 from ragen.workers import materialize as M
+from ragen.workers.collapse_probe import cross_log_probs
 from ragen.workers.config import ActorConfig, SharedValueHead
 from ragen.workers.data import TrainBatch
 from ragen.workers.engine_host import EngineHost, EngineSpec, gathered
@@ -257,6 +258,27 @@ class PolicyWorker:
                                "reference is its own worker group (role='ref')")
         with adapters_disabled(self.module):
             return self.compute_log_probs(batch)
+
+    @worker_phase("collapse", optimizer=False)
+    def collapse_cross(self, prompts: list[list[int]], responses: list[list[int]], turns: list[int],
+                       pad_id: int) -> torch.Tensor:
+        """The template-collapse cross matrix (N, N) float32 on CPU (``ragen.workers.collapse_probe``):
+        ``[i, j] = log pi(responses[j] | prompts[i])`` summed over response j's tokens, under the current weights at
+        ``cfg.temperature`` (the sampling distribution), for pairs of the same turn (``turns[i] == turns[j]``); NaN
+        elsewhere. No grad; ``infer_micro_batch_size`` (else ``micro_batch_size``) sequences per forward. Every rank
+        of a sharded actor must get the same arguments (the forwards are collectives): ``WorkerGroup.call_rank0``."""
+        turn = torch.tensor(turns, dtype=torch.long)
+        size = self.cfg.infer_micro_batch_size or self.cfg.micro_batch_size
+
+        def score(ids: torch.Tensor, attn: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            with D.compute_autocast(self.device, self.cfg.mixed_precision):
+                lp, _ = self.module(ids, attn, target_mask=target, temperature=self.cfg.temperature,
+                                    chunk_size=self.cfg.log_prob_chunk_size, with_entropy=False,
+                                    checkpoint=self.cfg.checkpoint_lm_head)
+            return lp
+
+        return cross_log_probs(score, prompts, responses, batch_size=size, pad_id=pad_id,
+                               pair_mask=turn[:, None] == turn[None, :], device=self.device)
 
     # ---------------------------------------------------------------------------------------------- update
     def _micro_loss(self, b: TrainBatch, num_tokens: float, num_seqs: float) -> MicroResult:

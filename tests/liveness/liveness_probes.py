@@ -103,7 +103,7 @@ def credit(cfg: TrainConfig) -> dict[str, torch.Tensor]:
     from ragen.trainer import credit as C
     from ragen.trainer.layout import layout_of
 
-    batch, _ = C.filter_groups_by_std(inputs.batch(cfg.agent.layout), cfg.algorithm.rollout_filter_ratio)
+    batch, _ = C.filter_groups(inputs.batch(cfg.agent.layout), cfg.algorithm)
     x = batch.extra
     adv, ret, _ = C.step_credit(cfg.algorithm, layout_of(cfg).advantages, batch, x["values"], x["last_values"],
                                      x["old_log_probs"], x["ref_log_probs"])

@@ -253,7 +253,14 @@ KL_ON = (("algorithm.kl_in_reward=true",),)
 t.add("algorithm.kl_coef", sweep(CREDIT, 0.5), sweep(CREDIT, 0.5, whens=KL_ON, estimators=PENALTY_READERS))
 t.add("algorithm.kl_kind", sweep(CREDIT, "k2", "k3"), sweep(CREDIT, "k2", "k3", whens=KL_ON,
                                                            estimators=PENALTY_READERS))
-t.add("algorithm.rollout_filter_ratio", sweep(CREDIT, 0.5))
+VARIANCE_FILTER = "algorithm.rollout_filter=variance_share"
+t.add("algorithm.rollout_filter", sweep(CREDIT, "variance_share"), rejected("top_k"),
+      rejected("variance_share", when=("rollout.group_size=1", "rollout.n_groups=4"), match="rollout.group_size"),
+      note="variance_share needs groups of more than one episode")
+t.add("algorithm.rollout_filter_ratio", sweep(CREDIT, 0.5), rejected(0.5, when=VARIANCE_FILTER),
+      note="read by algorithm.rollout_filter=std_ratio")
+t.add("algorithm.rollout_filter_variance_share", sweep(CREDIT, 0.5, whens=((VARIANCE_FILTER,),)), rejected(0.5),
+      note="read by algorithm.rollout_filter=variance_share")
 t.add("algorithm.use_step_reward", sweep(CREDIT, False, whens=(("env=search_qa",),)), rejected(False))
 
 # ---- algorithm.rollout_correction (the driver's weights on the actor's policy loss, every estimator and layout)
@@ -307,6 +314,10 @@ t.add("trainer.sft_warmup_steps", changes(WARM, 1), rejected(1, when=("env=text_
 for key in ("loggers", "project_name", "experiment_name", "progress_bar", "verbose", "report", "report_train_samples",
             "report_val_samples"):
     t.allow(f"trainer.{key}", "logging / run report")
+t.add("trainer.collapse_every", invariant(STEP, 0, 1, when=MULTI_TURN), rejected(1, when=ARCHER_CTX),
+      note="metrics only (collapse/*, measured at step 1 by default): tests/trainer/test_collapse_run.py")
+t.add("trainer.collapse_prompts", invariant(STEP, 2, when=MULTI_TURN), rejected(2, when="trainer.collapse_every=0"),
+      note="metrics only: how many prompts per turn the collapse metrics compare")
 t.add("trainer.seed", changes(ROLLOUT, 7, when=MULTI_TURN))
 t.add("trainer.deterministic", invariant(STEP, True))
 t.allow("trainer.max_consecutive_skips", "fault handling: NaN / inf steps (tests/trainer/test_numerics_faults.py)")

@@ -120,6 +120,13 @@ def test_chart_specs_and_timing_table():
     specs = dict(chart_specs(recs))
     assert [s.points for s in specs["fl: success"]] == [[(1.0, 0.0), (2.0, 0.5)], [(2.0, 1.0)]]
     assert "critic loss" not in specs  # no data, no chart
+    assert not any(t.startswith("template collapse") for t in specs)
+    with_collapse = dict(chart_specs([*recs, {"step": 3, "collapse/mi": 0.4, "collapse/mi_bound": 2.08,
+                                               "collapse/retrieval_acc": 0.5, "collapse/chance_acc": 0.125}]))
+    mi = with_collapse["template collapse: prompt-response MI (nats)"]
+    assert [s.points for s in mi] == [[(3.0, 0.4)], [(3.0, 2.08)]]
+    acc = with_collapse["template collapse: retrieval accuracy"]
+    assert [s.points for s in acc] == [[(3.0, 0.5)], [(3.0, 0.125)]]
     table = timing_table(recs)
     row = re.search(r"<td>rollout</td>(.*?)</tr>", table).group(1)
     # rollout: 2 records, mean 2, last 3, total 4, share 4 / (4 + 2) of the phases (timing/step excluded)

@@ -43,6 +43,19 @@ CASES = [
     (["actor.mini_batch_size=6"], "actor.mini_batch_size=6 must divide the train batch of 16 sequences"),
     (["algorithm.rollout_filter_ratio=0.5"], None),  # 2 groups x 4 = 8: divisible by 8, passes
     (["algorithm.rollout_filter_ratio=0.25"], "actor.mini_batch_size=8 must divide the train batch of 4"),
+    (["algorithm.rollout_filter=top_k"], "algorithm.rollout_filter='top_k' is unknown; use one of std_ratio"),
+    (["algorithm.rollout_filter=variance_share", "algorithm.rollout_filter_variance_share=0"],
+     "algorithm.rollout_filter_variance_share=0.0 must be in (0, 1]"),
+    (["algorithm.rollout_filter=variance_share", "rollout.group_size=1", "rollout.n_groups=8"],
+     "algorithm.rollout_filter='variance_share' ranks groups by their reward variance and needs rollout.group_size >= "
+     "2 (episodes that replay one seed), got 1; set rollout.group_size=2 or more"),
+    (["algorithm.rollout_filter=variance_share", "algorithm.rollout_filter_ratio=0.5"],
+     "algorithm.rollout_filter_ratio=0.5 has no effect: algorithm.rollout_filter='variance_share' does not read it"),
+    (["algorithm.rollout_filter_variance_share=0.5"],
+     "algorithm.rollout_filter_variance_share=0.5 has no effect: algorithm.rollout_filter='std_ratio' does not read"),
+    (["algorithm.rollout_filter=variance_share", "algorithm.rollout_filter_variance_share=0.5"], None),  # rows vary
+    (["trainer.collapse_every=0", "trainer.collapse_prompts=4"],
+     "trainer.collapse_prompts=4 has no effect: trainer.collapse_every=0 (no collapse metrics)"),
     (["actor.micro_batch_size=3"], "actor.micro_batch_size=3 (per rank) must divide the per-rank mini-batch 8/1=8"),
     (["critic.mini_batch_size=5"], "critic.mini_batch_size=5 must divide the train batch of 16"),
     (["trainer.actor_world_size=3"], "actor.mini_batch_size=8 must be a multiple of the actor world size 3"),
@@ -353,3 +366,11 @@ def test_a_recipes_critic_settings_stay_valid_when_the_command_switches_to_a_cri
     with explicit_keys(command_line_keys(typed)), pytest.raises(ConfigError, match="critic.lr=0.0001 has no effect"):
         validate(load_train_config("ppo_bandit", typed))
     validate(cfg)  # built in Python: where critic.lr came from is unknown, so it is not reported
+
+
+@pytest.mark.parametrize(("override", "message"), [("trainer.collapse_every=-1", "trainer.collapse_every must be >= 0"),
+                                                    ("trainer.collapse_prompts=1",
+                                                     "trainer.collapse_prompts must be >= 2")])
+def test_collapse_keys_refused_by_the_schema(override, message):
+    with pytest.raises(ConfigError, match=message):
+        to_train_config(compose("base", [override]))

@@ -139,3 +139,24 @@ def test_lora_actor_world_size_2_equals_1(ray_cluster, model_dir, tmp_path):
         _close(one.call_rank0("full_state_dict"), s2, atol=1e-5)
     finally:
         two.shutdown()
+
+
+@pytest.mark.slow
+def test_collapse_cross_world_size_2_equals_1(ray_cluster, model_dir):
+    """Every rank of a sharded actor scores the same pairs (its forwards are collectives): rank 0's cross matrix
+    equals the unsharded actor's, NaN off the turns alike."""
+    prompts = [[1, 40, 41, 42], [1, 50], [1, 60, 61], [1, 70, 71, 72, 73], [1, 80]]
+    responses = [[100, 101], [102], [103, 104, 105], [106, 2], [107, 108]]
+    turns = [0, 0, 1, 1, 1]
+    cfg = ActorConfig(mini_batch_size=2, micro_batch_size=1, infer_micro_batch_size=3, mixed_precision="fp32",
+                      temperature=0.7)
+    one = LocalWorkerGroup(PolicyWorker, model_name_or_path=model_dir, cfg=cfg)
+    two = WorkerGroup(PolicyWorker, 2, resources_per_worker={"CPU": 1}, model_name_or_path=model_dir, cfg=cfg)
+    try:
+        c1 = one.call_rank0("collapse_cross", prompts, responses, turns, 0)
+        c2 = two.call_rank0("collapse_cross", prompts, responses, turns, 0)
+    finally:
+        two.shutdown()
+    same = torch.tensor(turns)[:, None] == torch.tensor(turns)[None, :]
+    assert bool(torch.isnan(c2[~same]).all()) and not bool(torch.isnan(c2[same]).any())
+    torch.testing.assert_close(c2[same], c1[same], atol=1e-4, rtol=1e-5)

@@ -24,7 +24,7 @@ from ragen.trainer.config.run_shape import (
     uses_kl,
     world_size,
 )
-from ragen.trainer.config.schema import ConfigError, TrainConfig
+from ragen.trainer.config.schema import ROLLOUT_FILTERS, ConfigError, TrainConfig
 from ragen.trainer.layout import layout_of
 
 register_family("ppo", ("ppo",), envs=per_env_configs)
@@ -122,6 +122,7 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
     if not 0.0 < alg.rollout_filter_ratio <= 1.0:
         out.append(f"algorithm.rollout_filter_ratio={alg.rollout_filter_ratio} must be in (0, 1] "
                    "(fraction of groups kept; 1.0 = no filtering)")
+    out += _check_rollout_filter(cfg)
     if alg.return_mode not in RETURN_MODES:
         out.append(f"algorithm.return_mode={alg.return_mode!r} is unknown; use one of {RETURN_MODES}")
     if alg.kl_kind not in KL_KINDS:
@@ -132,6 +133,23 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
     elif uses_kl(cfg) and not needs_ref(cfg) and not cfg.actor.lora:
         out.append("a KL term is on (actor.use_kl_loss or algorithm.kl_in_reward) but ref.enable=false; "
                    "set ref.enable=true (or null) or turn the KL term off")
+    return out
+
+
+def _check_rollout_filter(cfg: TrainConfig) -> list[str]:
+    """``algorithm.rollout_filter`` is known; the variance-share filter's share is in (0, 1] and its groups hold more
+    than one episode (a reward variance needs two)."""
+    alg, out = cfg.algorithm, []
+    if alg.rollout_filter not in ROLLOUT_FILTERS:
+        out.append(f"algorithm.rollout_filter={alg.rollout_filter!r} is unknown; use one of "
+                   f"{', '.join(ROLLOUT_FILTERS)}")
+    if not 0.0 < alg.rollout_filter_variance_share <= 1.0:
+        out.append(f"algorithm.rollout_filter_variance_share={alg.rollout_filter_variance_share} must be in (0, 1] "
+                   "(share of the batch's reward variance the kept groups hold)")
+    if alg.rollout_filter == "variance_share" and cfg.rollout.group_size < 2:
+        out.append(f"algorithm.rollout_filter='variance_share' ranks groups by their reward variance and needs "
+                   f"rollout.group_size >= 2 (episodes that replay one seed), got {cfg.rollout.group_size}; set "
+                   "rollout.group_size=2 or more, or algorithm.rollout_filter=std_ratio")
     return out
 
 
@@ -153,10 +171,13 @@ def _check_batching(section: str, mini: int, micro: int, batch: int | None, worl
 
 @register("batches", reads=("actor.mini_batch_size", "actor.micro_batch_size", "critic.mini_batch_size",
                             "critic.micro_batch_size", "agent.layout", "rollout", "algorithm.rollout_filter_ratio",
+                            "algorithm.rollout_filter",
                             "trainer"), after=("env_mix", "world_sizes", "groups"), families=("ppo",))
 def check_batches(cfg: TrainConfig) -> list[str]:
     batch, out = train_batch_size(cfg), []
     rows = layout_of(cfg).rows.fixed_rows(batch)  # None: the rows vary per step (padded to divide)
+    if cfg.algorithm.rollout_filter == "variance_share":
+        rows = None  # the number of groups kept follows the batch (the trainer pads rows to divide)
     out += _check_batching("actor", cfg.actor.mini_batch_size, cfg.actor.micro_batch_size, rows,
                            world_size(cfg, "actor"))
     if needs_critic(cfg) and not cfg.critic.share_backbone:

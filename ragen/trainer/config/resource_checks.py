@@ -27,14 +27,15 @@ from typing import Any
 from ragen.models.shape import ModelShape, model_shape, tiny_shape
 from ragen.trainer.config.schema import ConfigError, TrainConfig
 
-# Keys a continued run may change: its length, resume mode, logging, progress, reporting, fault handling and
-# where the workers run (Ray or in-process, its cluster and placement) and their state waits between phases, none of
-# which changes what the steps compute. Every other key must equal the saved run's.
+# Keys a continued run may change: its length, resume mode, logging, progress, reporting (the collapse metrics too),
+# fault handling and where the workers run (Ray or in-process, its cluster and placement) and their state waits
+# between phases, none of which changes what the steps compute. Every other key must equal the saved run's.
 RESUME_KEYS = frozenset({
     "trainer.total_steps", "trainer.resume", "trainer.val_only", "trainer.dry_run", "trainer.output_dir",
     "trainer.verbose", "trainer.progress_bar", "trainer.loggers", "trainer.project_name", "trainer.experiment_name",
     "trainer.save_freq", "trainer.val_freq", "trainer.keep_last_ckpt", "trainer.report",
-    "trainer.report_train_samples", "trainer.report_val_samples", "trainer.max_restarts",
+    "trainer.report_train_samples", "trainer.report_val_samples", "trainer.collapse_every", "trainer.collapse_prompts",
+    "trainer.max_restarts",
     "trainer.max_consecutive_skips", "trainer.max_failed_steps", "trainer.worker_call_timeout_s",
     "trainer.worker_start_timeout_s",
     "trainer.placement_timeout_s", "trainer.ray_address", "trainer.num_threads", "trainer.cpus_per_worker",

@@ -112,9 +112,12 @@ def world_size(cfg: TrainConfig, role: str) -> int:
 
 def kept_groups(cfg: TrainConfig) -> int:
     """Groups kept after rollout filtering: ``ceil(rollout_filter_ratio * n_groups)`` (at least 1), ``n_groups``
-    summed over the training envs (``ragen.trainer.config.env_mix``)."""
+    summed over the training envs (``ragen.trainer.config.env_mix``); with ``algorithm.rollout_filter=variance_share``
+    the number follows each batch, and this is its upper bound, ``n_groups``."""
     from ragen.trainer.config.env_mix import n_train_groups
 
+    if cfg.algorithm.rollout_filter == "variance_share":
+        return n_train_groups(cfg)
     return max(1, math.ceil(cfg.algorithm.rollout_filter_ratio * n_train_groups(cfg) - 1e-9))
 
 

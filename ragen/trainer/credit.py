@@ -188,7 +188,7 @@ def advantages(
 
 def step_credit(
     alg: AlgorithmSection, estimate: Callable[..., tuple[torch.Tensor, torch.Tensor]], batch: RolloutBatch,
-    values: torch.Tensor | None, bootstrap_values: torch.Tensor | None, old_log_probs: torch.Tensor,
+    values: torch.Tensor | None, bootstrap_values: torch.Tensor | None, old_log_probs: torch.Tensor | None,
     ref_log_probs: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """The PPO step's credit: (advantages, returns, KL metrics) of ``batch`` under the ``algorithm`` section.
@@ -198,7 +198,8 @@ def step_credit(
     step rewards taken out of the token rewards (:func:`without_step_rewards`); then the estimator with
     ``alg.advantage_kwargs()`` through ``estimate``, the layout's advantages (``Layout.advantages`` of
     ``ragen.trainer.layout``: :func:`advantages` on trajectory rows, each episode's compact view on turn rows).
-    values / old_log_probs / ref_log_probs: (B, T) over ``batch``'s rows (ref only read with ``kl_in_reward``);
+    values / old_log_probs / ref_log_probs: (B, T) over ``batch``'s rows (old and ref only read with
+    ``kl_in_reward``; old is None where the step skipped its pass, :func:`old_log_probs_reader`);
     bootstrap_values: (B,) (see :func:`advantage_inputs`). Returns (B, T) tensors, 0 off the response.
     """
     penalties, metrics = None, {}
@@ -239,3 +240,24 @@ def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch, old_log
     if weights is not None and rc.mode.endswith("_mask"):
         return Correction(None, weights, metrics)
     return Correction(weights, None, metrics)
+
+
+def old_log_probs_reader(*, ppo_epochs: int, mini_batch_size: int, rows: int, correction_mode: str,
+                         kl_in_reward: bool, shared_value_head: bool, saves_train_samples: bool) -> str | None:
+    """What needs the step's separate old-log-prob pass, or None where the actor's update is exactly on-policy.
+
+    On-policy: one epoch over one mini-batch (``rows``, the padded worker batch, fit in ``mini_batch_size``: every
+    row in one optimizer step, so the weights the update's forward sees are those the pass would see), and nothing
+    reads the old log-probs before the update: rollout correction ``none``, no KL in the reward (its penalty is
+    KL(pi_old || pi_ref)), no shared value head (its values come from the same forward as the pass's log-probs),
+    no training samples saved with the report this step. Then the update's own detached log-probs serve as the old
+    ones (``ragen.workers.actor.policy_objective``): the ratio is exactly 1, and the loss and its gradient are the
+    clipped objective's at ratio 1, which the pass would reproduce up to float rounding.
+    """
+    reasons = ((ppo_epochs != 1, f"actor.ppo_epochs={ppo_epochs}"),
+               (rows > mini_batch_size, f"{rows} rows in mini-batches of {mini_batch_size}"),
+               (correction_mode != "none", f"algorithm.rollout_correction.mode={correction_mode}"),
+               (kl_in_reward, "algorithm.kl_in_reward"),
+               (shared_value_head, "the shared value head's values"),
+               (saves_train_samples, "trainer.report_train_samples"))
+    return next((why for needed, why in reasons if needed), None)

@@ -91,11 +91,13 @@ def policy_objective(cfg: ActorConfig, log_probs: torch.Tensor, entropy: torch.T
     loss is multiplied by its weight; the entropy and KL terms are not. Tokens its ``*_mask`` modes rejected
     (``b.keep_mask``) are out of ``b.actor_mask``: out of every term and of the normaliser.
     log_probs / entropy: (b, t) at ``cfg.temperature`` for ``b``'s tokens (0 off the mask); ``b`` holds
-    ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` with the KL loss), all (b, t).
+    ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` with the KL loss), all (b, t). ``old_log_probs``
+    None: the update is exactly on-policy (one epoch, one mini-batch) and ``log_probs``, detached, are the old ones.
     """
     mask = b.actor_mask
     agg = {"agg": cfg.loss_agg, "num_tokens": num_tokens, "num_seqs": num_seqs, "seq_tokens": b.seq_tokens}
-    pg, m = policy_loss(log_probs, b.old_log_probs, b.advantages, mask, clip_low=cfg.clip_low,
+    old = log_probs.detach() if b.old_log_probs is None else b.old_log_probs  # None: exactly on-policy, ratio 1
+    pg, m = policy_loss(log_probs, old, b.advantages, mask, clip_low=cfg.clip_low,
                         clip_high=cfg.clip_high, dual_clip=cfg.dual_clip, is_weights=b.is_weights, **agg)
     loss = pg
     if cfg.entropy_coef != 0.0:
@@ -311,13 +313,18 @@ class PolicyWorker:
         """PPO update on this rank's shard (all ranks call together); returns all-reduced metrics. ``progress``:
         (this update's index, the run's updates) for the lr schedule (``Trainable.update``).
 
-        Needs ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` when ``use_kl_loss``). Metrics:
+        Needs ``old_log_probs`` and ``advantages`` (and ``ref_log_probs`` when ``use_kl_loss``); ``old_log_probs``
+        may be None only where the update is exactly on-policy (``ppo_epochs`` 1 and every row in one mini-batch):
+        the update's own detached log-probs are then the old ones (``policy_objective``). Metrics:
         actor/pg_loss, actor/pg_clipfrac, actor/ppo_kl, actor/entropy, actor/loss, actor/grad_norm, actor/lr,
         actor/skipped_steps (+ actor/kl_loss, actor/kl with the KL loss), averaged over optimizer steps.
         """
         if self.trainable is None:
             raise RuntimeError("update() called on a role='ref' PolicyWorker; the reference policy is frozen")
-        needed = ("old_log_probs", "advantages") + (("values", "returns") if self.value_spec else ())
+        on_policy = self.cfg.ppo_epochs == 1 and self.trainable.local_mini_batch_size(batch.batch_size) \
+            >= batch.batch_size  # one epoch over one mini-batch: the first forward's log-probs are the old ones
+        needed = (("advantages",) + (() if on_policy else ("old_log_probs",))
+                  + (("values", "returns") if self.value_spec else ()))
         missing = [n for n in needed if getattr(batch, n) is None]
         if self.cfg.use_kl_loss and batch.ref_log_probs is None:
             missing.append("ref_log_probs (actor.use_kl_loss=true)")

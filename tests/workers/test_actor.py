@@ -215,3 +215,18 @@ def test_rejected_tokens_leave_the_actor_loss_and_its_normaliser(batch):
     for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
         assert ma[k] == pytest.approx(mb[k], rel=1e-6), k
     assert _max_diff(a.call_rank0("full_state_dict"), b.call_rank0("full_state_dict")) == 0.0
+
+
+def test_on_policy_update_takes_its_own_log_probs_as_the_old_ones(batch):
+    """One epoch over one mini-batch without old log-probs: the update's detached log-probs are the old ones, and
+    the weights equal an update given the pass's old log-probs; with two mini-batches (or two epochs) the second
+    one is off-policy and the update refuses to run without them."""
+    with_old, without = actor(), actor()
+    m_with = with_old.call("update", batch)
+    m_without = without.call("update", batch.with_fields(old_log_probs=None))
+    assert m_without["actor/ppo_kl"] == 0.0 and m_without["actor/pg_clipfrac"] == 0.0
+    assert m_without["actor/grad_norm"] == pytest.approx(m_with["actor/grad_norm"], rel=1e-5)
+    assert _max_diff(with_old.call_rank0("full_state_dict"), without.call_rank0("full_state_dict")) < 1e-6
+    for off_policy in ({"mini_batch_size": 4}, {"ppo_epochs": 2}):
+        with pytest.raises(ValueError, match="old_log_probs"):
+            actor(**off_policy).call("update", batch.with_fields(old_log_probs=None))

@@ -42,7 +42,8 @@ def learning_run(tmp_path: Path, config: str, overrides: list[str], label: str) 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     records = read_metrics(run_dir)
     assert_all_finite(records)
-    key = next(k for k in records[0] if k.startswith("val/env/") and k.endswith("/success"))
+    # the first validation record (a warm start's own records come before it when validation waits for it)
+    key = next(k for r in records for k in r if k.startswith("val/env/") and k.endswith("/success"))
     val = [(r["step"], r[key]) for r in records if key in r]
     assert len(val) >= 2 and val[0][0] == 0, val
     before, after = val[0][1], val[-1][1]

@@ -18,6 +18,7 @@ CONFIG = config_dir()
 ROOT = CONFIG.parent
 PINS = json.loads((Path(__file__).parent / "data" / "cpu_config_pins.json").read_text())
 GAME = "env.config.game_path=/data/games/detective.z5"  # text_adventure's required file (never opened here)
+PROGRAM = "ragen.gateway.examples.calculator:run"  # agent_program's required entry (the shipped example)
 # launch script -> the configs it runs (scripts/train_search_qa.sh: one per run, scripts/train_archer.sh: default)
 LAUNCH = {"train_ppo.sh": ["ppo_bandit"], "train_ppo_multi_turn.sh": ["ppo_multi_turn"],
           "train_ppo_bilevel.sh": ["ppo_bilevel"],
@@ -197,7 +198,7 @@ def _env_file(name: str) -> dict:
 # that needs search_qa's reward split, a warm start on an env without an expert, episodes longer than the budget.
 # the user's own game file (text_adventure's game_path stands in for it) is checked when validation builds the env
 INCOMPATIBLE = ("needs an env that reports step and outcome rewards", "needs an env with an expert", "prompt budget",
-                "game file '/data/games/detective.z5' does not exist")
+                "game file '/data/games/detective.z5' does not exist", "cannot train env=agent_program")
 
 
 @pytest.mark.parametrize("name", LAUNCH_CONFIGS)
@@ -206,10 +207,12 @@ def test_env_selection_brings_the_envs_own_defaults(name):
     config: nothing of the experiment's env leaks in). On CPU each pair validates or fails only for a real
     incompatibility; the core envs validate with every experiment that does not need search_qa's reward split."""
     for env in ENV_FILES:
-        extra = [GAME] if env == "text_adventure" else []
+        extra = {"text_adventure": [GAME], "agent_program": [f"env.config.entry={PROGRAM}"]}.get(env, [])
         expected = _env_file(env)
-        if extra:
+        if env == "text_adventure":
             expected["config"]["game_path"] = "/data/games/detective.z5"
+        if env == "agent_program":
+            expected["config"]["entry"] = PROGRAM
         cfgs = {dev: load_train_config(name, [f"env={env}", f"trainer={dev}", *extra]) for dev in ("cpu", "gpu")}
         for dev, cfg in cfgs.items():
             got = {"name": cfg.env.name, "max_turn": cfg.env.max_turn,

@@ -17,7 +17,7 @@ What training does with each layout's rows (train batches, padding, advantages, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ragen.agent.context import EpisodeContext
 
@@ -64,6 +64,12 @@ class RowLayout(Protocol):
         tokens, model tokens labelled with their trained turn id (:func:`turn_map`), in episode order."""
         ...
 
+    def call_rows(self, episode: int, runs: list[Any]) -> list[Row]:
+        """The rows of an episode recorded as runs of merged calls (``ragen.gateway.record.merge_calls``: each run
+        has ``ids``, ``log_probs``, ``turn_ids`` and its ``index``; more than one run = the history forked), never
+        empty ``runs``."""
+        ...
+
     def max_rows(self, episodes: int, max_turns: int) -> int:
         """The most rows ``episodes`` episodes of at most ``max_turns`` turns give."""
         ...
@@ -78,6 +84,11 @@ class TrajectoryRows:
 
     name = "trajectory"
     history_thinking = ("keep",)  # a row holds every turn's thinking, which later prompts leave out under strip
+
+    def call_rows(self, episode: int, runs: list[Any]) -> list[Row]:
+        # one row: the last run; after a fork no single row is what the model saw at every call, so it trains nothing
+        last = runs[-1]
+        return [Row(list(last.ids), list(last.log_probs), list(last.turn_ids), episode, -1, masked=len(runs) > 1)]
 
     def rows(self, contexts: list[EpisodeContext | None], pad_id: int, max_len: int) -> list[Row]:
         out = []
@@ -103,6 +114,9 @@ class TurnRows:
 
     name = "turn"
     history_thinking = ("keep", "strip")
+
+    def call_rows(self, episode: int, runs: list[Any]) -> list[Row]:
+        return [Row(list(r.ids), list(r.log_probs), list(r.turn_ids), episode, r.index) for r in runs]
 
     def rows(self, contexts: list[EpisodeContext | None], pad_id: int, max_len: int) -> list[Row]:
         out = []

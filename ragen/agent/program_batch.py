@@ -32,7 +32,7 @@ import torch
 
 from ragen.agent.batch import EpisodeRecord, RolloutBatch, TurnRecord
 from ragen.agent.collate import place_turn_rewards, row_tensors
-from ragen.agent.layout import Row, placeholder
+from ragen.agent.layout import Row, placeholder, row_layout
 from ragen.gateway.record import CallRecord, EpisodeRows, merge_calls, merge_counters
 
 ENV_NAME = "agent_program"
@@ -61,10 +61,7 @@ def episode_rows(e: int, ep: ProgramEpisode, merged: EpisodeRows, layout: str, p
     """The batch rows of episode ``e`` (module docstring)."""
     if not merged.rows:
         return [placeholder(pad_id, e)]
-    if layout == "trajectory":
-        last = merged.rows[-1]
-        return [Row(list(last.ids), list(last.log_probs), list(last.turn_ids), e, -1, masked=len(merged.rows) > 1)]
-    return [Row(list(r.ids), list(r.log_probs), list(r.turn_ids), e, r.index) for r in merged.rows]
+    return row_layout(layout).call_rows(e, list(merged.rows))
 
 
 def _obs_key(prompt: Sequence[int]) -> str:

@@ -68,8 +68,10 @@ def test_a_program_trains_on_exactly_the_sampled_tokens(tmp_path, monkeypatch, l
 
     monkeypatch.setattr(Batcher, "generate", recording_generate)
     monkeypatch.setattr(credit, "to_train_batch", recording_to_train_batch)
+    # two PPO epochs keep the old-log-prob pass (an exactly on-policy update skips it), whose log-probs of the
+    # sampled tokens are compared with the engine's below
     cfg = load_train_config("base", _overrides(tmp_path, f"env.config.entry={__name__}:flaky_calculator",
-                                               f"agent.layout={layout}"))
+                                               f"agent.layout={layout}", "actor.ppo_epochs=2"))
     run(cfg)
 
     assert len(batches) == 2

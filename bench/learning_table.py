@@ -39,6 +39,10 @@ MARGIN = 0.15
 COMMON = ("trainer.resume=none", "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false")
 
 
+ASYNC_K1 = ("trainer.async_rollout=true", "trainer.max_staleness=1", "algorithm.rollout_correction.mode=token_tis")
+ASYNC_K2 = ("trainer.async_rollout=true", "trainer.max_staleness=2", "algorithm.rollout_correction.mode=token_tis")
+
+
 @dataclass(frozen=True)
 class Method:
     """One row of a claim: a config and its overrides; ``control`` rows must stay under the claim's bar."""
@@ -99,6 +103,13 @@ CLAIMS = (
         Method("bi-level GAE", "credit_learning_check"),
         Method("bi-level GAE, turn-local (high_level_gamma 0)", "credit_learning_check",
                ("algorithm.high_level_gamma=0",), control=True),
+    ), kind="credit"),
+    Claim("delayed_choice_async", "delayed_choice trained asynchronously: the next batch is played while the "
+          "trainer updates, tokens up to k policy versions old, token_tis correction (docs/async.md)", (
+        Method("bi-level GAE, async k=1", "credit_learning_check", ASYNC_K1),
+        Method("bi-level GAE, async k=2", "credit_learning_check", ASYNC_K2),
+        Method("bi-level GAE, async k=1, turn-local (high_level_gamma 0)", "credit_learning_check",
+               (*ASYNC_K1, "algorithm.high_level_gamma=0"), control=True),
     ), kind="credit"),
     Claim("archer_delayed_choice", "ArCHer on delayed_choice after a format-only warm start (config/"
           "archer_delayed_choice.yaml)", (

@@ -147,3 +147,53 @@ def test_negative_staleness_is_refused():
 
     with pytest.raises((ConfigError, ValueError), match="max_staleness must be >= 0"):
         load_train_config("base", ["trainer.max_staleness=-1"])
+
+
+def test_a_restart_replays_the_queue_and_resets_the_version(tmp_path, monkeypatch):
+    """The actor dies in step 2's update: the rollout thread stops, its queue is discarded, the run rewinds to the
+    step-1 checkpoint, and the replayed batches carry versions counted from there (never the dead step's)."""
+    from ragen.workers.group import LocalWorkerGroup, WorkerFailure
+
+    real, updates = LocalWorkerGroup.call, {"n": 0}
+
+    def call(self, method, batch=None, **kw):
+        if method == "update" and getattr(self.worker, "role", None) == "actor":
+            updates["n"] += 1
+            if updates["n"] == 2:
+                raise WorkerFailure("actor worker rank 0 died during update() (simulated)")
+        return real(self, method, batch, **kw)
+
+    whole = _run(tmp_path / "whole", monkeypatch, 3, *ASYNC, "trainer.max_staleness=1", "trainer.save_freq=1")
+    monkeypatch.setattr(LocalWorkerGroup, "call", call)
+    seen = _run(tmp_path / "restarted", monkeypatch, 3, *ASYNC, "trainer.max_staleness=1", "trainer.save_freq=1",
+                "trainer.max_restarts=1")
+    assert updates["n"] == 4  # steps 1, 2 (died), 2 again, 3
+    records = read_metrics(tmp_path / "restarted")
+    assert [r["trainer/restarts"] for r in records if "trainer/restarts" in r] == [0.0, 1.0, 1.0]
+    seeds = [(r["rollout/seed_min"], r["rollout/seed_max"]) for r in records if "rollout/seed_min" in r]
+    assert seeds == [(r["rollout/seed_min"], r["rollout/seed_max"]) for r in read_metrics(tmp_path / "whole")
+                     if "rollout/seed_min" in r]  # each batch trained once, the dead step's replayed
+    for s, step in zip(seen[-2:], (1, 2), strict=True):
+        v = s["versions"][s["mask"].bool()]
+        assert step - 1 <= int(v.min()) and int(v.max()) <= step
+    assert len(whole) == 3
+
+
+@pytest.mark.parametrize("skip_sync", [False, True], ids=["synced", "sync_skipped_control"])
+def test_lora_weights_reach_the_engine_at_each_version(tmp_path, monkeypatch, skip_sync):
+    """LoRA (adapters merged into the engine's weights), k = 0: each step's engine log-probs equal the trainer's
+    recomputed ones (the proximal policy is the version that sampled); with the weight loads skipped (the negative
+    control) they drift apart from step 2 on."""
+    from ragen.rollout.versioned import VersionedEngine
+
+    if skip_sync:
+        real = VersionedEngine.publish
+        monkeypatch.setattr(VersionedEngine, "publish", lambda self, version, load: real(self, version, None))
+    _run(tmp_path, monkeypatch, 3, *ASYNC, "actor.lora_rank=4")
+    records = [r for r in read_metrics(tmp_path) if "rollout/logprob_diff_max" in r]
+    diffs = [r["rollout/logprob_diff_max"] for r in records]
+    assert len(diffs) == 3 and diffs[0] < 1e-4 and all(r["actor/grad_norm"] > 0 for r in records)
+    if skip_sync:
+        assert max(diffs[1:]) > 1e-3, diffs
+    else:
+        assert max(diffs) < 1e-4, diffs

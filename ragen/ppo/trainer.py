@@ -318,9 +318,10 @@ class PPOTrainer:
                 None if ref_lp is None else ref_lp[:n_real])
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
-            with self._timed("report_samples", t):
-                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, real_old_lp),
-                                                run.step + 1)
+            with self._timed("report_samples", t):  # without an old-log-prob pass: its own, over the saved rows
+                lp = real_old_lp if real_old_lp is not None else report.rows_log_probs(
+                    run, tb, report.train_sample_rows(run, batch), self.row_multiple(), n_real)
+                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, lp), run.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values,
@@ -450,8 +451,7 @@ class PPOTrainer:
         return credit.old_log_probs_reader(
             ppo_epochs=cfg.actor.ppo_epochs, mini_batch_size=cfg.actor.mini_batch_size, rows=rows,
             correction_mode=cfg.algorithm.rollout_correction.mode, kl_in_reward=cfg.algorithm.kl_in_reward,
-            shared_value_head=shared_head,
-            saves_train_samples=cfg.trainer.report and cfg.trainer.report_train_samples > 0)
+            shared_value_head=shared_head)
 
     def row_multiple(self) -> int:
         cfg = self.cfg

@@ -106,9 +106,9 @@ def main() -> None:
         for name, s in rows:
             ratio = sync["per_sample"] / s["per_sample"]
             model = f"{predicted(sync):.2f}x" if name != "sync" else "-"
-            print(f"{delay:7.2f} | {name:9s} | {s['per_sample']:10.3f} | {ratio:12.2f}x | {model:>5s} | {s['step']:6.2f} "
-                  f"| {s['rollout']:14.2f} | {s['rest']:6.2f} | {s['played']:8.2f} | {s['trainer_idle']:12.2f} "
-                  f"| {s['engine_idle']:11.2f} | {s['staleness']:.2f}")
+            print(f"{delay:7.2f} | {name:9s} | {s['per_sample']:10.3f} | {ratio:12.2f}x | {model:>5s} "
+                  f"| {s['step']:6.2f} | {s['rollout']:14.2f} | {s['rest']:6.2f} | {s['played']:8.2f} "
+                  f"| {s['trainer_idle']:12.2f} | {s['engine_idle']:11.2f} | {s['staleness']:.2f}")
     if args.memory_steps:
         memory_check(args.delays[0], args.memory_steps)
 

@@ -7,6 +7,7 @@ over multi-turn FrozenLake (ragged episodes, repeated maps within a group).
   not under the others'), with and without partial rollouts; staleness never exceeds k.
 * A resume continues the seeds after the last consumed batch: no episode twice, none skipped.
 * Bad settings are refused before anything starts, naming the fix.
+The longer runs are marked ``slow`` (``.ci/run``).
 """
 
 from pathlib import Path
@@ -76,6 +77,7 @@ def _token_log_probs(model, weights: dict, ids: torch.Tensor, temperature: float
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partial", [False, True], ids=["whole_batches", "partial"])
 def test_every_token_was_sampled_by_the_version_it_names(tmp_path, monkeypatch, partial):
     from transformers import AutoModelForCausalLM
@@ -110,6 +112,7 @@ def test_every_token_was_sampled_by_the_version_it_names(tmp_path, monkeypatch, 
     assert len(staleness) == steps and max(staleness) <= k
 
 
+@pytest.mark.slow
 def test_resume_continues_after_the_consumed_batch(tmp_path, monkeypatch):
     whole = _run(tmp_path / "whole", monkeypatch, 4, *ASYNC, "trainer.max_staleness=1", "trainer.save_freq=2")
     _run(tmp_path / "cut", monkeypatch, 2, *ASYNC, "trainer.max_staleness=1", "trainer.save_freq=2")
@@ -149,6 +152,7 @@ def test_negative_staleness_is_refused():
         load_train_config("base", ["trainer.max_staleness=-1"])
 
 
+@pytest.mark.slow
 def test_a_restart_replays_the_queue_and_resets_the_version(tmp_path, monkeypatch):
     """The actor dies in step 2's update: the rollout thread stops, its queue is discarded, the run rewinds to the
     step-1 checkpoint, and the replayed batches carry versions counted from there (never the dead step's)."""
@@ -179,6 +183,7 @@ def test_a_restart_replays_the_queue_and_resets_the_version(tmp_path, monkeypatc
     assert len(whole) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("skip_sync", [False, True], ids=["synced", "sync_skipped_control"])
 def test_lora_weights_reach_the_engine_at_each_version(tmp_path, monkeypatch, skip_sync):
     """LoRA (adapters merged into the engine's weights), k = 0: each step's engine log-probs equal the trainer's

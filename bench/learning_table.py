@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="folder of the runs, results.jsonl, table.md, table.png")
     p.add_argument("--claims", nargs="*", default=None, help=f"subset of: {' '.join(c.name for c in CLAIMS)}")
     p.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    p.add_argument("--methods", nargs="*", default=None, help="subset of the claims' method names (default: all)")
     p.add_argument("--plan", action="store_true", help="print the bounds and commands; run nothing")
     p.add_argument("--report", action="store_true", help="rewrite table.md / table.png from results.jsonl")
     args = p.parse_args(argv)
@@ -357,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     for c in claims:
         print(f"[table] {c.name}: open-loop bound {bounds[c.name][0]:.3f} ({bounds[c.name][1]})")
     done = {(r["claim"], r["method"], r["seed"]) for r in load_results(args.out)}
-    todo = [(c, m, s) for c in claims for s in args.seeds for m in c.methods if (c.name, m.name, s) not in done]
+    todo = [(c, m, s) for c in claims for s in args.seeds for m in c.methods
+            if (c.name, m.name, s) not in done and (args.methods is None or m.name in args.methods)]
     if args.plan:
         for c, m, s in todo:
             print(" ".join(command(m, c.panel, s, Path("<out>"))[1:]))

@@ -39,6 +39,10 @@ MARGIN = 0.15
 COMMON = ("trainer.resume=none", "trainer.loggers=[console,jsonl]", "trainer.progress_bar=false")
 
 
+ASYNC_K1 = ("trainer.async_rollout=true", "trainer.max_staleness=1", "algorithm.rollout_correction.mode=token_tis")
+ASYNC_K2 = ("trainer.async_rollout=true", "trainer.max_staleness=2", "algorithm.rollout_correction.mode=token_tis")
+
+
 @dataclass(frozen=True)
 class Method:
     """One row of a claim: a config and its overrides; ``control`` rows must stay under the claim's bar."""
@@ -99,6 +103,13 @@ CLAIMS = (
         Method("bi-level GAE", "credit_learning_check"),
         Method("bi-level GAE, turn-local (high_level_gamma 0)", "credit_learning_check",
                ("algorithm.high_level_gamma=0",), control=True),
+    ), kind="credit"),
+    Claim("delayed_choice_async", "delayed_choice trained asynchronously: the next batch is played while the "
+          "trainer updates, tokens up to k policy versions old, token_tis correction (docs/async.md)", (
+        Method("bi-level GAE, async k=1", "credit_learning_check", ASYNC_K1),
+        Method("bi-level GAE, async k=2", "credit_learning_check", ASYNC_K2),
+        Method("bi-level GAE, async k=1, turn-local (high_level_gamma 0)", "credit_learning_check",
+               (*ASYNC_K1, "algorithm.high_level_gamma=0"), control=True),
     ), kind="credit"),
     Claim("archer_delayed_choice", "ArCHer on delayed_choice after a format-only warm start (config/"
           "archer_delayed_choice.yaml)", (
@@ -334,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="folder of the runs, results.jsonl, table.md, table.png")
     p.add_argument("--claims", nargs="*", default=None, help=f"subset of: {' '.join(c.name for c in CLAIMS)}")
     p.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
+    p.add_argument("--methods", nargs="*", default=None, help="subset of the claims' method names (default: all)")
     p.add_argument("--plan", action="store_true", help="print the bounds and commands; run nothing")
     p.add_argument("--report", action="store_true", help="rewrite table.md / table.png from results.jsonl")
     args = p.parse_args(argv)
@@ -346,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     for c in claims:
         print(f"[table] {c.name}: open-loop bound {bounds[c.name][0]:.3f} ({bounds[c.name][1]})")
     done = {(r["claim"], r["method"], r["seed"]) for r in load_results(args.out)}
-    todo = [(c, m, s) for c in claims for s in args.seeds for m in c.methods if (c.name, m.name, s) not in done]
+    todo = [(c, m, s) for c in claims for s in args.seeds for m in c.methods
+            if (c.name, m.name, s) not in done and (args.methods is None or m.name in args.methods)]
     if args.plan:
         for c, m, s in todo:
             print(" ".join(command(m, c.panel, s, Path("<out>"))[1:]))

@@ -67,6 +67,9 @@ class RolloutBatch:
       ``max_context_window`` / ``max_model_len``), episode_index (long, the row's episode: its slot in the rollout;
       the ``turn`` layout's turn rows of one episode share it), turn_index (long, the row's turn in the ``turn``
       layout, -1 for a whole-episode row or a placeholder).
+    ``sample_versions`` (B, T) long, where the engine stamps versions (``ragen.rollout.versioned``; else None or -1):
+      the policy version (complete training steps of the weights the engine held) that sampled each model token,
+      -1 off model tokens; asynchronous training measures staleness from it (``ragen.ppo.async_rollout``).
     ``metrics`` holds namespaced rollout metrics such as ``env/<name>/success``; ``extra`` holds a caller's own
     per-row entries (tensors or lists of length B are kept aligned by :meth:`select`).
     """
@@ -90,6 +93,7 @@ class RolloutBatch:
     context_cut: torch.Tensor | None = None
     episode_index: torch.Tensor | None = None
     turn_index: torch.Tensor | None = None
+    sample_versions: torch.Tensor | None = None
     episodes: list[EpisodeRecord] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +134,7 @@ class RolloutBatch:
             context_cut=pick(self.context_cut),
             episode_index=pick(self.episode_index),
             turn_index=pick(self.turn_index),
+            sample_versions=pick(self.sample_versions),
             episodes=[self.episodes[i] for i in rows] if self.episodes else [],
             metrics=dict(self.metrics),
             extra={k: _select_rows(v, idx, self.batch_size) for k, v in self.extra.items()},

@@ -106,7 +106,26 @@ def build_batch(
         context_cut=torch.tensor(cut, dtype=torch.bool),
         episode_index=episode,
         turn_index=torch.tensor([r.turn for r in rows], dtype=torch.long),
+        sample_versions=token_versions(rows, contexts, turn_ids),
     )
+
+
+def token_versions(rows: list[Row], contexts: list[EpisodeContext | None], turn_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) long: the policy version that sampled each model token (``EpisodeContext.turn_versions`` of the
+    response its trained turn id came from), -1 off model tokens (``turn_ids`` -1, which includes the rows that train
+    nothing) and where the engine stamps no version."""
+    out = torch.full(turn_ids.shape, -1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ctx = contexts[row.episode]
+        if ctx is None or not ctx.turn_versions:
+            continue
+        tmap = turn_map(ctx, ctx.num_turns)
+        by_turn = {tmap[k]: v for k, ((resp, _), v) in enumerate(zip(ctx.responses, ctx.turn_versions, strict=True))
+                   if resp}
+        table = torch.tensor([by_turn.get(k, -1) for k in range(max(by_turn, default=-1) + 1)] + [-1],
+                             dtype=torch.long)  # the last entry serves turn id -1
+        out[i] = table[turn_ids[i]]
+    return out
 
 
 def row_tensors(rows: list[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

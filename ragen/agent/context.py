@@ -158,6 +158,7 @@ class EpisodeContext:
     turn_starts: list[int] = field(default_factory=list)  # index in ``ids`` where turn k's response starts
     turn_prompts: list[list[int]] = field(default_factory=list)  # the exact prompt of each generated turn
     responses: list[tuple[list[int], list[float]]] = field(default_factory=list)  # sampled ids, log-probs
+    turn_versions: list[int] = field(default_factory=list)  # policy version of each response (-1: not versioned)
     history_cut: bool = False  # some generated turn's prompt did not hold the full history (use_plan sets it)
     closed_len: int = 0  # len(ids) after the last response and its end-of-turn token (0 before the first turn)
     view: list[int] = field(default_factory=list)
@@ -178,11 +179,13 @@ class EpisodeContext:
         self._extend(new, -1)
         self.view.extend(new)
 
-    def add_response(self, ids: list[int], log_probs: list[float]) -> None:
-        """Append the sampled ids of the current turn; close it with the end-of-turn token if it is missing. The
-        history view gets the turn's assistant message, its thinking cut with ``strip_tag``."""
+    def add_response(self, ids: list[int], log_probs: list[float], version: int = -1) -> None:
+        """Append the sampled ids of the current turn, sampled under policy ``version`` (-1: an engine without
+        versions, ``ragen.rollout.versioned``); close it with the end-of-turn token if it is missing. The history
+        view gets the turn's assistant message, its thinking cut with ``strip_tag``."""
         turn = len(self.turn_starts)
         self.responses.append((list(ids), [float(x) for x in log_probs]))
+        self.turn_versions.append(int(version))
         self.turn_starts.append(len(self.ids))
         self.ids.extend(ids)
         self.log_probs.extend(float(x) for x in log_probs)

@@ -45,7 +45,7 @@ from ragen.agent.context import ChatFormat, EpisodeContext
 from ragen.agent.env_manager import EnvManager, EnvSlot, TurnOutcome
 from ragen.agent.layout import row_layout
 from ragen.agent.parser import ParsedResponse, clean_text, parse_response
-from ragen.rollout.base import DROPPED_REASONS, Sample, SamplingParams
+from ragen.rollout.base import DROPPED_REASONS, VERSION_KEY, Sample, SamplingParams
 
 _LOG = logging.getLogger(__name__)
 Responder = Callable[[list[EnvSlot], list[list[int]], SamplingParams], list[Sample]]
@@ -191,7 +191,7 @@ class AgentProxy:
             log_probs = list(sample.log_probs)[: plan.max_new_tokens]
             stats["cutoffs"] += int(sample.finish_reason == "length" or len(sample.token_ids) > len(ids))
             contexts[i].use_plan(plan)
-            contexts[i].add_response(ids, log_probs)
+            contexts[i].add_response(ids, log_probs, sample.extra.get(VERSION_KEY, -1))
             moves.append(self._parse(manager.slots[i], contexts[i], ids))
         # the env calls of all slots at once (each touches its own slot); prompts are built in slot order after
         for move, (outcome, legal) in zip(moves, manager.map(_env_turn, moves), strict=True):

@@ -48,6 +48,11 @@ def check_archer(cfg: TrainConfig) -> list[str]:
         if value != default:
             out.append(f"trainer.{key}={value} has no effect: the ArCHer family logs no collapse metrics (the PPO "
                        f"trainer does); remove the override (default {default})")
+    for key in ("async_rollout", "max_staleness", "stale_policy", "partial_rollouts"):
+        value, default = getattr(cfg.trainer, key), getattr(TrainerSection(), key)
+        if value != default:
+            out.append(f"trainer.{key}={value} has no effect: the ArCHer family trains synchronously (asynchronous "
+                       f"training is the PPO trainer's); remove the override (default {default})")
     out += dialogue_problems(cfg)
     out += _rollout_correction_problems(cfg)
     out += layout_of(cfg).turn_rows_problems("the ArCHer family stores one replay record per turn with the exact "

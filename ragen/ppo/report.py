@@ -33,6 +33,22 @@ from ragen.utils.tracking import write_jsonl
 
 if TYPE_CHECKING:
     from ragen.trainer.run import Run
+    from ragen.workers.data import TrainBatch
+
+
+def train_sample_rows(run: Run, batch: RolloutBatch) -> list[int]:
+    """The rows of the episodes :func:`save_train_samples` saves (``trainer.report_train_samples``, spread evenly)."""
+    groups = episode_rows(batch)
+    return sorted(r for i in sample_indices(len(groups), run.cfg.trainer.report_train_samples) for r in groups[i])
+
+
+def rows_log_probs(run: Run, tb: TrainBatch, rows: list[int], row_multiple: int, n: int) -> torch.Tensor:
+    """(n, T) log-probs under the actor's current weights of rows ``rows`` of the worker batch ``tb`` (padded to
+    ``row_multiple`` rows for the call), zeros on the other rows: the old log-probs of the saved training samples in
+    a step whose update is exactly on-policy (no old-log-prob pass over the whole batch)."""
+    sub = pad_rows(tb.select(rows), row_multiple, run.proxy.pad_id)
+    log_probs = run.workers["actor"].call("compute_log_probs", sub)[: len(rows)]
+    return _scatter_rows(log_probs, rows, n)
 
 
 def save_train_samples(run: Run, batch: RolloutBatch, credit: Credit, step: int) -> Path:

@@ -36,9 +36,11 @@ from tqdm import tqdm
 
 from ragen.agent.batch import episode_records, failed_episode_records
 from ragen.ppo import report
+from ragen.ppo.async_rollout import RolloutQueue
 from ragen.ppo.restarts import InitialState, rebuild_workers, rewind
 from ragen.ppo.truncation import bootstrap_values
 from ragen.report import Credit, build_report, pending_steps
+from ragen.rollout.versioned import VersionedEngine
 from ragen.trainer import builders, credit, layout, numerics, placement, step_memory
 from ragen.trainer.collapse import collapse_due, collapse_step_metrics
 from ragen.trainer.config.run_shape import engine_gpus, uses_kl, world_size
@@ -78,6 +80,8 @@ class PPOTrainer:
         self.placement_group: Any = None
         self.initial_state: InitialState | None = None  # where a restart before the first checkpoint goes back to
         self.resumed_from: Path | None = None
+        self.queue: RolloutQueue | None = None  # trainer.async_rollout: the batches played while the trainer updates
+        self._consumed_proxy: dict[str, int] | None = None  # the train proxy's seed counters after the consumed batch
 
     # ------------------------------------------------------------------ set-up / tear-down
     def setup(self, *, with_workers: bool = True) -> None:
@@ -94,6 +98,8 @@ class PPOTrainer:
             self._start_engines_and_workers()
         else:  # no workers: the one engine lives in this process
             run.engine = builders.build_engine(cfg, run.model_path, run.tokenizer)
+        if cfg.trainer.async_rollout and with_workers:  # every sampled token says which policy version sampled it
+            run.engine = VersionedEngine(run.engine)
         run.announce()  # the start-up block
         run.record_placement()  # where each Ray worker runs
         run.proxy, run.val_proxy = builders.build_proxies(cfg, run.engine, run.tokenizer)
@@ -122,8 +128,19 @@ class PPOTrainer:
             placement.init_nccl_sync(cfg, self.run.engine, self.run.workers["actor"])
 
     def shutdown(self) -> None:
-        """Stop the run's worker groups and close its loggers (safe to call twice, or after a failed set-up)."""
+        """Stop the rollout thread (asynchronous training), the run's worker groups and its loggers (safe to call
+        twice, or after a failed set-up)."""
+        self._stop_queue()
         self.run.shutdown()
+
+    def _stop_queue(self) -> None:
+        """Stop the asynchronous rollouts; the batches they queued are discarded (replayed after a resume)."""
+        if self.queue is not None:
+            discarded = self.queue.stop()
+            self.queue = None
+            if discarded:
+                console.say(f"[ragen] discarded {discarded} queued rollout batch(es); a resume replays their "
+                            "episodes from the checkpoint's seeds")
 
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict[str, float]:
@@ -200,10 +217,13 @@ class PPOTrainer:
         continue from the last complete checkpoint (``ragen.ppo.restarts``); counted in ``restarts``."""
         cfg = self.cfg
         self.restarts += 1
+        self._stop_queue()
         console.say(f"[ragen] {failure}\n[ragen] restart {self.restarts}/{cfg.trainer.max_restarts}: rebuilding the "
                     "worker groups")
         rebuild_workers(self.run, self.placement_group, self.engine_spec, nccl=self.nccl)
         rewind(self.run, self.initial_state, self.load_checkpoint, self.sync_engine_weights)
+        if isinstance(self.run.engine, VersionedEngine):
+            self.run.engine.reset_version(self.run.step)
         self.skips = numerics.SkipGuard(cfg.trainer.max_consecutive_skips)
         self.failed_steps = numerics.FailedEpisodesGuard(cfg.trainer.max_failed_steps)
         self._updating = False
@@ -215,6 +235,8 @@ class PPOTrainer:
         metrics.update(self._guarded(self.run.memory_metrics, phase="memory_stats"))
         metrics["trainer/restarts"] = float(self.restarts)
         self.run.complete_step()
+        if self._consumed_proxy is not None:  # asynchronous: the proxy has played ahead of the consumed batch
+            self.run.proxy_after_step, self._consumed_proxy = self._consumed_proxy, None
         self._updating = False
         validating = self.run.due(tr.val_freq)
         if validating:
@@ -224,6 +246,8 @@ class PPOTrainer:
             self.write_report()
         if self.run.due(tr.save_freq):
             self._guarded(self.save_checkpoint)
+        if self.queue is not None:  # the step is over: admit the batches it holds back (trainer.max_staleness)
+            self.queue.release(self.run.step)
         return metrics
 
     def train_step(self) -> dict[str, float]:
@@ -232,10 +256,11 @@ class PPOTrainer:
         actor, critic, ref = run.workers["actor"], run.workers.get("critic"), run.workers.get("ref")
         metrics: dict[str, float] = {}
         start = time.perf_counter()
-        with self._timed("rollout", t):
-            batch = run.proxy.rollout("train")
-        with self._timed("engine_sleep", t):  # free the engines' memory for training (vLLM sleep mode; hf on GPU)
-            run.engine.sleep()
+        with self._timed("rollout", t):  # asynchronous: the wait for the next played batch
+            batch = self._train_rollout(metrics)
+        if not cfg.trainer.async_rollout:  # an asynchronous engine keeps playing during the update
+            with self._timed("engine_sleep", t):  # free the engines' memory for training (vLLM sleep mode; hf on GPU)
+                run.engine.sleep()
         offload = step_memory.phase_offload(cfg, run.workers)  # None unless trainer.offload resolves to phase
         if offload is not None:
             with self._timed("reload", t):  # the training state back on the GPUs before the first training phase
@@ -293,9 +318,10 @@ class PPOTrainer:
                 None if ref_lp is None else ref_lp[:n_real])
             metrics.update(kl_metrics)
         if cfg.trainer.report and cfg.trainer.report_train_samples > 0:
-            with self._timed("report_samples", t):
-                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, real_old_lp),
-                                                run.step + 1)
+            with self._timed("report_samples", t):  # without an old-log-prob pass: its own, over the saved rows
+                lp = real_old_lp if real_old_lp is not None else report.rows_log_probs(
+                    run, tb, report.train_sample_rows(run, batch), self.row_multiple(), n_real)
+                report.save_train_samples(self.run, batch, Credit(adv, ret, real_values, lp), run.step + 1)
         pad = (0, 0, 0, tb.batch_size - n_real)
         tb = tb.with_fields(old_log_probs=old_lp, ref_log_probs=ref_lp, advantages=F.pad(adv, pad),
                             returns=F.pad(ret, pad), values=values,
@@ -323,8 +349,13 @@ class PPOTrainer:
         (``t``, the whole step since ``start``), throughput over ``batch`` and memory metrics into ``metrics``."""
         run = self.run
         with self._timed("weight_sync", t):  # wake weights -> sync -> wake KV cache (placement.wake_and_sync)
-            placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
+            if isinstance(run.engine, VersionedEngine):  # the new weights and their version, between forward passes
+                run.engine.publish(run.step + 1, self._weight_sync if updated else None)
+            else:
+                placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
         step_s = time.perf_counter() - start
+        if self.queue is not None:
+            metrics["async/trainer_idle_frac"] = t["rollout"] / step_s
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
         if self._report_seconds is not None:
@@ -333,11 +364,26 @@ class PPOTrainer:
         metrics.update(step_memory.step_metrics(run.workers, offload))
         return metrics
 
+    def _train_rollout(self, metrics: dict[str, float]) -> Any:
+        """This step's training batch: played now, or (``trainer.async_rollout``) the next one the rollout queue
+        played, its ``async/*`` metrics into ``metrics`` (``ragen.ppo.async_rollout``)."""
+        tr, run = self.cfg.trainer, self.run
+        if not tr.async_rollout:
+            return run.proxy.rollout("train")
+        if self.queue is None:  # started at the first step (after any warm start), or after a restart
+            self.queue = RolloutQueue(run.proxy, run.engine, max_staleness=tr.max_staleness,
+                                      stale_policy=tr.stale_policy, partial=tr.partial_rollouts, first=run.step,
+                                      last=tr.total_steps).start()
+        item, queue_metrics = self.queue.get(run.step)
+        metrics.update(queue_metrics)
+        self._consumed_proxy = item.proxy_state
+        return item.batch
+
     def _padded(self, tb: Any) -> Any:
         """``tb`` with empty rows appended so mini-batches and ranks divide it: the layout's padding, and always
-        with the variance-share filter (its number of kept groups follows the batch)."""
+        with the variance-share filter or dropped stale groups (the number of groups follows the batch)."""
         multiple, pad_id = self.row_multiple(), self.run.proxy.pad_id
-        if self.cfg.algorithm.rollout_filter == "variance_share":
+        if self.cfg.algorithm.rollout_filter == "variance_share" or self.cfg.trainer.stale_policy == "drop":
             return layout.pad_rows(tb, multiple, pad_id)
         return self.layout.padded(tb, multiple, pad_id)
 
@@ -405,8 +451,7 @@ class PPOTrainer:
         return credit.old_log_probs_reader(
             ppo_epochs=cfg.actor.ppo_epochs, mini_batch_size=cfg.actor.mini_batch_size, rows=rows,
             correction_mode=cfg.algorithm.rollout_correction.mode, kl_in_reward=cfg.algorithm.kl_in_reward,
-            shared_value_head=shared_head,
-            saves_train_samples=cfg.trainer.report and cfg.trainer.report_train_samples > 0)
+            shared_value_head=shared_head)
 
     def row_multiple(self) -> int:
         cfg = self.cfg
@@ -470,6 +515,8 @@ class PPOTrainer:
     def load_checkpoint(self, path: Path, *, with_workers: bool = True) -> None:
         """Restore workers (or, without them, the engine's weights), step, RNG and seed counters."""
         self.run.read_checkpoint(path, self.sync_engine_weights, with_workers=with_workers)
+        if isinstance(self.run.engine, VersionedEngine):  # the checkpoint's weights are the version of its step
+            self.run.engine.reset_version(self.run.step)
         console.say(f"[ragen] resumed from {path} at step {self.run.step}")
 
 

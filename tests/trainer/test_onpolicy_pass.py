@@ -12,7 +12,7 @@ from ragen.trainer import credit
 from ragen.trainer.config.compose import load_train_config
 
 ON_POLICY = {"ppo_epochs": 1, "mini_batch_size": 4, "rows": 4, "correction_mode": "none", "kl_in_reward": False,
-             "shared_value_head": False, "saves_train_samples": False}
+             "shared_value_head": False}
 
 
 def test_on_policy_needs_no_pass():
@@ -26,7 +26,6 @@ def test_on_policy_needs_no_pass():
     ({"correction_mode": "token_tis"}, "algorithm.rollout_correction.mode=token_tis"),
     ({"kl_in_reward": True}, "algorithm.kl_in_reward"),
     ({"shared_value_head": True}, "the shared value head's values"),
-    ({"saves_train_samples": True}, "trainer.report_train_samples"),
 ])
 def test_each_reader_keeps_the_pass(change, reason):
     assert credit.old_log_probs_reader(**{**ON_POLICY, **change}) == reason
@@ -85,9 +84,34 @@ def test_skipped_pass_gives_the_same_weights(tmp_path, monkeypatch):
     ("algorithm.rollout_correction.mode=token_tis",),
     ("algorithm.kl_in_reward=true",),
     ("algorithm=gae", "critic.share_backbone=true"),
-    ("trainer.report=true", "trainer.report_train_samples=2"),
-], ids=["two_epochs", "two_mini_batches", "rollout_correction", "kl_in_reward", "shared_value_head",
-        "report_samples"])
+], ids=["two_epochs", "two_mini_batches", "rollout_correction", "kl_in_reward", "shared_value_head"])
 def test_a_reader_keeps_the_pass(tmp_path, monkeypatch, extra):
     metrics, _ = _one_step(tmp_path, monkeypatch, *extra)
     assert "timing/old_log_probs" in metrics and "rollout/logprob_diff_mean" in metrics
+
+
+def test_report_samples_get_their_own_small_pass(tmp_path, monkeypatch):
+    """The run report's training samples need old log-probs of their rows only: the whole-batch pass stays skipped,
+    and the saved log-probs are those the whole-batch pass gives (the forced side)."""
+    import json
+
+    report = ("trainer.report=true", "trainer.report_train_samples=2")
+    skipped, w_skip = _one_step(tmp_path / "skip", monkeypatch, *report)
+    kept, w_kept = _one_step(tmp_path / "kept", monkeypatch, *report, keep_pass=True)
+    assert "timing/old_log_probs" not in skipped and "timing/report_samples" in skipped
+
+    def saved(run):
+        with (tmp_path / run / "train_samples" / "step_1.jsonl").open() as fh:
+            return [json.loads(line) for line in fh]
+
+    a, b = saved("skip"), saved("kept")
+    assert len(a) == len(b) == 2
+    for ea, eb in zip(a, b, strict=True):
+        for ra, rb in zip(ea["rows"], eb["rows"], strict=True):
+            assert ra["token_ids"] == rb["token_ids"]
+            lp_a, lp_b = torch.tensor(ra["log_probs"]), torch.tensor(rb["log_probs"])
+            mask = torch.tensor(ra["response_mask"]).bool()
+            assert mask.any() and bool((lp_a[mask] != 0).all())
+            torch.testing.assert_close(lp_a, lp_b, rtol=0, atol=1e-5)
+    for name, w in w_skip.items():
+        torch.testing.assert_close(w, w_kept[name], rtol=0, atol=1e-6, msg=name)

@@ -360,3 +360,29 @@ def test_train_step_sleeps_after_rollout_and_wakes_weights_before_the_sync(tmp_p
     calls = recorders[0].calls
     assert calls == ["generate", "sleep", "wake('weights',)", "update_weights", "wake('kv_cache',)"], calls
     assert len(recorders) == 1 and isinstance(trainer.run.engine, HostedEngines)  # no engine in the driver
+
+
+
+def test_async_with_a_separate_vllm_engine_publishes_versions_over_nccl_with_fakes():
+    """Asynchronous training on GPUs: the separately placed engine keeps its own GPUs, the config passes the async
+    checks, and a published version is loaded over the NCCL group (under the engine's lock) while the samples
+    generated through the engine's Ray actor carry the version they were sampled under."""
+    from ragen.rollout.base import VERSION_KEY, Sample, SamplingParams
+    from ragen.rollout.versioned import VersionedEngine
+    from ragen.rollout.vllm_nccl import plan_buckets
+    from ragen.trainer.config.ppo_checks import check_async
+
+    cfg = _cfg(*GPU8, "rollout.vllm.placement=separate", "rollout.vllm.rollout_gpus=1", "trainer.async_rollout=true",
+               "trainer.max_staleness=1", "algorithm.rollout_correction.mode=token_tis")
+    assert check_async(cfg) == []
+    assert placement.engine_placement(cfg).where == "separate"
+    log = []
+    plan = plan_buckets([("a", "bfloat16", (4,))], bucket_bytes=8)
+    group = SimpleNamespace(workers=[FakeRemote("rank0", log)], call_rank0=lambda method, *a: plan)
+    samples = [Sample([5], [-0.1], "stop")]
+    engine = VersionedEngine(placement.RemoteEngine(FakeRemote("engine", log, {"generate": samples}),
+                                                    get=lambda ref: ref))
+    assert engine.generate([[1, 2]], SamplingParams())[0].extra[VERSION_KEY] == 0
+    engine.publish(1, lambda: placement.nccl_sync(engine, group, "bfloat16", 8, lambda refs: refs))
+    assert ("rank0", "broadcast_bucket", (0,)) in log and engine.version == 1
+    assert engine.generate([[1, 2]], SamplingParams())[0].extra[VERSION_KEY] == 1

@@ -43,3 +43,18 @@ def test_ppo_with_vllm_syncs_every_update_reads_its_log_probs_and_resumes(tmp_pa
         assert r["rollout_correction/ratio_max"] == pytest.approx(1.0, abs=3 * GAP), r
         assert r["rollout_correction/weight_mean"] == pytest.approx(1.0, abs=3 * GAP), r
     assert records[0]["actor/grad_norm"] > 0 and records[1]["actor/grad_norm"] > 0  # the weights did move
+
+
+def test_async_with_vllm_in_the_driver_stamps_versions_and_syncs(tmp_path):
+    """``trainer.async_rollout`` with vLLM on CPU: the engine plays in the driver and gets each version's weights
+    through it. At k = 0 every step samples with the weights of the step before (log-prob gap under ``GAP``); at
+    k = 1 staleness stays within the bound."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    run(load_train_config("ppo_bandit", [*_overrides(tmp_path / "k0", 3), "trainer.async_rollout=true"]))
+    records = read_metrics(tmp_path / "k0")
+    assert [r["async/staleness_max"] for r in records] == [0.0, 0.0, 0.0]
+    assert all(r["rollout/logprob_diff_max"] < GAP for r in records), records
+    assert all(r["actor/grad_norm"] > 0 for r in records)
+    run(load_train_config("ppo_bandit", [*_overrides(tmp_path / "k1", 3), "trainer.async_rollout=true",
+                                         "trainer.max_staleness=1"]))
+    assert max(r["async/staleness_max"] for r in read_metrics(tmp_path / "k1")) <= 1.0

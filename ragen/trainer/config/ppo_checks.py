@@ -17,6 +17,8 @@ from ragen.trainer.config.env_mix import per_env_configs
 from ragen.trainer.config.preflight import preflight, register, register_family
 from ragen.trainer.config.run_shape import (
     GROUP_ESTIMATORS,
+    device,
+    engine_gpus,
     estimator_needs_values,
     needs_critic,
     needs_ref,
@@ -133,6 +135,46 @@ def check_algorithm(cfg: TrainConfig) -> list[str]:
     elif uses_kl(cfg) and not needs_ref(cfg) and not cfg.actor.lora:
         out.append("a KL term is on (actor.use_kl_loss or algorithm.kl_in_reward) but ref.enable=false; "
                    "set ref.enable=true (or null) or turn the KL term off")
+    return out
+
+
+@register("async_rollout", reads=("trainer.async_rollout", "trainer.max_staleness", "trainer.stale_policy",
+                                  "trainer.partial_rollouts", "rollout.engine", "rollout.vllm.placement",
+                                  "algorithm.rollout_correction.mode", "env.name", "trainer.device"),
+          after=("algorithm",), families=("ppo",))
+def check_async(cfg: TrainConfig) -> list[str]:
+    """Asynchronous training (``ragen.ppo.async_rollout``): its keys only with ``trainer.async_rollout=true``; an engine
+    of its own (a colocated engine stays synchronous); an explicit off-policy correction once tokens may lag; drop
+    needs a bound to drop by; agent programs record no policy versions."""
+    tr, out = cfg.trainer, []
+    if not tr.async_rollout:
+        moved = [f"trainer.{k}={getattr(tr, k)}" for k, default in (("max_staleness", 0), ("stale_policy", "wait"),
+                                                                    ("partial_rollouts", False))
+                 if getattr(tr, k) != default]
+        if moved:
+            out.append(f"{', '.join(moved)} only apply to asynchronous training; set trainer.async_rollout=true or "
+                       "leave them at their defaults")
+        return out
+    if device(cfg) == "cuda" and cfg.rollout.engine == "hf":
+        out.append("trainer.async_rollout=true with rollout.engine=hf on GPUs: the hf engine shares the training GPUs "
+                   "(colocated), which stays synchronous; use rollout.engine=vllm rollout.vllm.placement=separate "
+                   "(rollout.vllm.rollout_gpus=N), or trainer.async_rollout=false")
+    elif device(cfg) == "cuda" and not engine_gpus(cfg):
+        out.append("trainer.async_rollout=true with rollout.vllm.placement=colocated: an engine sharing the training "
+                   "GPUs stays synchronous; set rollout.vllm.placement=separate and rollout.vllm.rollout_gpus=N")
+    if tr.max_staleness >= 1 and cfg.algorithm.rollout_correction.mode == "none":
+        from ragen.algorithms.rollout_correction import MODES
+
+        out.append(f"trainer.max_staleness={tr.max_staleness} trains on tokens sampled by older policies, so the "
+                   "behaviour policy must be corrected for explicitly: set algorithm.rollout_correction.mode to one of "
+                   f"{', '.join(m for m in MODES if m != 'none')} (token_tis with clip 2 is the recommended one, "
+                   "docs/async.md)")
+    if tr.stale_policy == "drop" and tr.max_staleness == 0:
+        out.append("trainer.stale_policy=drop with trainer.max_staleness=0 would drop every batch played during an "
+                   "update; use trainer.stale_policy=wait (the synchronous numbers) or trainer.max_staleness >= 1")
+    if cfg.env.name == "agent_program":
+        out.append("trainer.async_rollout=true with env=agent_program: agent programs' calls carry no policy "
+                   "versions yet; set trainer.async_rollout=false")
     return out
 
 

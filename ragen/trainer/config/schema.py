@@ -103,6 +103,7 @@ class RefSection:
 
 
 PLACEMENTS = ("colocated", "separate")
+STALE_POLICIES = ("wait", "drop")  # trainer.stale_policy (ragen.ppo.async_rollout)
 # trainer.offload: auto (phase where a colocated engine shares the training GPUs, else none) | none | phase
 OFFLOAD_MODES = ("auto", "none", "phase")
 
@@ -362,7 +363,14 @@ class TrainerSection:
     ``phase`` moves parameters, gradients and optimizer state to pinned host memory before the engine wakes and back
     before the first training phase (``ragen.workers.offload``; results bitwise the same), ``none`` keeps them on the
     GPU, ``auto`` = phase on CUDA with an engine sharing the training GPUs (hf, or vLLM colocated with sleep mode) in
-    the PPO trainer, else none (``ragen.trainer.config.run_shape.offload_mode``).
+    the PPO trainer, else none (``ragen.trainer.config.run_shape.offload_mode``). ``async_rollout``: play the next
+    batches while the trainer updates (``ragen.ppo.async_rollout``, docs/async.md; the engine gets a process of its own:
+    the driver for hf, GPUs of its own for vLLM; colocated engines stay synchronous); ``max_staleness``: how many policy
+    versions a trained token may lag the update that trains on it (0: the synchronous loop's numbers; >= 1 overlaps
+    rollout and update and needs ``algorithm.rollout_correction``); ``stale_policy``: ``wait`` (no batch starts that
+    could exceed the bound) or ``drop`` (batches start while the queue has room; groups over the bound are dropped
+    whole); ``partial_rollouts``: a weight sync does not wait for the batch in flight (its later turns use the new
+    weights, each token keeps its version).
     """
 
     total_steps: int = 20
@@ -408,6 +416,10 @@ class TrainerSection:
     gpu_memory_gb: float | None = None
     memory_check: str = "refuse"
     offload: str = "auto"
+    async_rollout: bool = False
+    max_staleness: int = 0
+    stale_policy: str = "wait"
+    partial_rollouts: bool = False
 
     def __post_init__(self) -> None:
         refuse(trainer_problems(self))
@@ -445,6 +457,12 @@ def trainer_problems(t: TrainerSection) -> list[str]:
     if t.gpu_memory_gb is not None and not t.gpu_memory_gb > 0:
         out.append(f"trainer.gpu_memory_gb must be > 0 (GiB of one training GPU, e.g. 80) or null (the "
                    f"detected size), got {t.gpu_memory_gb}")
+    if t.max_staleness < 0:
+        out.append(f"trainer.max_staleness must be >= 0 (policy versions a trained token may lag; 0 = synchronous "
+                   f"numbers), got {t.max_staleness}")
+    if t.stale_policy not in STALE_POLICIES:
+        out.append(f"trainer.stale_policy={t.stale_policy!r} is unknown; use wait (no batch starts that could exceed "
+                   "trainer.max_staleness) or drop (groups over the bound are dropped)")
     if t.memory_check not in ("refuse", "warn"):
         out.append(f"trainer.memory_check={t.memory_check!r} is unknown; use refuse (a plan that cannot "
                    "fit the GPU fails before anything starts) or warn (print it and start anyway)")

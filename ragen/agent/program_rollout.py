@@ -28,7 +28,7 @@ from ragen.agent.context import ChatFormat
 from ragen.agent.layout import row_layout
 from ragen.agent.program_batch import ProgramEpisode, program_batch
 from ragen.env import make
-from ragen.gateway.program import ProgramResult, ProgramTask, run_programs
+from ragen.gateway.program import ProgramResult, ProgramTask, call_rewards, run_programs
 from ragen.gateway.server import Gateway, GatewayConfig, GatewayThread
 from ragen.rollout.base import SamplingParams
 
@@ -92,7 +92,7 @@ class ProgramProxy:
                  for g in range(groups.n_groups) for i in range(groups.group_size)]
         start = time.perf_counter()
         episodes = self.play(program, tasks, groups.group_size)
-        batch = program_batch(episodes, self.layout, self.pad_id)
+        batch = program_batch(episodes, self.layout, self.pad_id, program.format_penalty)
         batch.metrics["gateway/time/rollout_s"] = time.perf_counter() - start
         _log_failures(episodes, mode)
         return batch
@@ -110,17 +110,24 @@ class ProgramProxy:
                 run_programs(gateway, program.entry, tasks, program.timeout_s, API_KEY))
 
             def collect() -> list[ProgramEpisode]:
-                out = []
-                for i, (task, result) in enumerate(zip(tasks, results, strict=True)):
-                    log = gateway.book.episode(task.episode)
-                    failed = result.failed or log.failed
-                    out.append(ProgramEpisode(
-                        list(log.calls), result.reward, failed, "; ".join(log.errors) if failed else "",
-                        i // group_size, task.seed, [gateway.renderer.completion_text(c.sampled_ids)
-                                                      for c in log.calls]))
-                return out
+                return [_episode(gateway, task, result, i // group_size)
+                        for i, (task, result) in enumerate(zip(tasks, results, strict=True))]
 
             return thread.call(collect)
+
+
+def _episode(gateway: Gateway, task: ProgramTask, result: ProgramResult, group: int) -> ProgramEpisode:
+    """One run's episode from the gateway's log of it; per-call rewards naming no call of it fail it."""
+    log = gateway.book.episode(task.episode)
+    per_call = None
+    if result.per_call is not None and not result.failed:
+        try:
+            per_call = call_rewards(log.calls, result.per_call)
+        except ValueError as exc:
+            log.fail(str(exc))
+    failed = result.failed or log.failed
+    return ProgramEpisode(list(log.calls), result.reward, failed, "; ".join(log.errors) if failed else "", group,
+                          task.seed, [gateway.renderer.completion_text(c.sampled_ids) for c in log.calls], per_call)
 
 
 def _log_failures(episodes: Sequence[ProgramEpisode], mode: str, shown: int = 5) -> None:

@@ -37,6 +37,25 @@ def two_calls(base_url, api_key, task, seed):
     return float(task["n"])
 
 
+def post(base_url, messages):
+    req = urllib.request.Request(base_url + "/chat/completions", method="POST", headers={
+        "Content-Type": "application/json"}, data=json.dumps({"model": "ragen", "messages": messages}).encode())
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+
+def per_call(base_url, api_key, task, seed):
+    """Two merging calls rewarded per call by response id: 0.25 for the first, 2.0 for the second (or a reward
+    for an id that is no call of the episode, which fails it)."""
+    messages = [{"role": "user", "content": "question"}]
+    first = post(base_url, messages)
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "again"}]
+    second = post(base_url, messages)
+    if task == "unknown id":
+        return {"chatcmpl-nothing": 1.0}
+    return {first["id"]: 0.25, second["id"]: 2.0}
+
+
 def edited_answer(base_url, api_key, task, seed):
     """Two calls; the first answer is sent back changed (a fork: the model never wrote that text)."""
     messages = [{"role": "user", "content": "question"}]
@@ -109,6 +128,20 @@ def test_merged_episodes_one_row_reward_on_the_last_model_token(engine, default_
     assert p.state_dict()["train_calls"] == 1
     with pytest.raises(OSError):  # the gateway stopped with the rollout: nothing listens on its port
         socket.create_connection(("127.0.0.1", p.last_port), timeout=2).close()
+
+
+def test_per_call_rewards_land_on_each_calls_last_model_token(engine, default_tokenizer):
+    batch = proxy(engine, default_tokenizer, "per_call", n_groups=1, group_size=2).rollout("train")
+    assert batch.failed.tolist() == [False, False] and batch.metrics["gateway/forks"] == 0.0
+    for i in range(2):
+        (a0, b0), (a1, b1) = model_runs(batch.input_ids[i], batch.turn_ids[i])
+        nz = batch.token_rewards[i].nonzero().flatten().tolist()
+        assert nz == [b0 - 1, b1 - 1] and batch.token_rewards[i, nz].tolist() == [0.25, 2.0]
+        assert batch.turn_rewards[i].tolist() == [0.25, 2.0]
+    assert batch.metrics["env/agent_program/reward"] == 2.25
+    bad = proxy(engine, default_tokenizer, "per_call", n_groups=1, group_size=1, tasks=["unknown id"]).rollout("val")
+    assert bad.failed.tolist() == [True] and bad.token_rewards.abs().sum() == 0
+    assert "'chatcmpl-nothing', which is no response id of its episode" in bad.episodes[0].error
 
 
 def test_a_raising_program_fails_only_its_episode(engine, default_tokenizer):

@@ -128,3 +128,21 @@ def test_a_bad_entry_fails_before_the_start(tmp_path):
     with pytest.raises(ConfigError, match="rollout.val_envs names agent_program"):
         validate(load_train_config("base", _overrides(
             tmp_path, "rollout.val_envs=[{name: agent_program, n_groups: 1, config: {entry: 'x:y'}}]", env="bandit")))
+
+
+def test_a_bad_format_penalty_fails_before_the_start(tmp_path):
+    from ragen.launch import validate
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.schema import ConfigError
+    from ragen.trainer.config.unread_keys import explicit_keys
+
+    entry = f"env.config.entry={__name__}:flaky_calculator"
+    for value, shown in (("0.5", "0.5"), ("high", "'high'"), ("true", "True")):
+        with pytest.raises(ConfigError) as err:
+            validate(load_train_config("base", _overrides(tmp_path, entry, f"env.config.format_penalty={value}")))
+        assert f"env.config.format_penalty={shown} must be a finite number <= 0" in str(err.value)
+        assert "set e.g. env.config.format_penalty=-0.1" in str(err.value)
+    validate(load_train_config("base", _overrides(tmp_path, entry, "env.config.format_penalty=-1")))
+    why = "agent.format_penalty=-0.5 has no effect: .*is env.config.format_penalty; set that instead"
+    with explicit_keys(["agent.format_penalty"]), pytest.raises(ConfigError, match=why):
+        validate(load_train_config("base", _overrides(tmp_path, entry, "agent.format_penalty=-0.5")))

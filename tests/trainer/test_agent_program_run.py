@@ -172,3 +172,8 @@ def test_a_warm_start_imitates_the_programs_expert(tmp_path):
     with pytest.raises(ConfigError, match=f"env.config.expert='{calc}:expert' has no effect: .*set "
                                           "trainer.sft_warmup_steps >= 1 or env.config.expert=null"):
         validate(load_train_config("base", _overrides(tmp_path, entry, expert)))
+    from ragen.trainer.config.unread_keys import explicit_keys
+
+    with explicit_keys(["sft.noise"]), pytest.raises(ConfigError, match="sft.noise=0.5 has no effect: the program's "
+                                                                         "expert"):
+        validate(load_train_config("base", [*over, "sft.noise=0.5"]))

@@ -78,8 +78,8 @@ def _env_refuses(name: str, config: dict) -> list[str]:
     return []
 
 
-@register("agent_program", reads=("env.name", "env.config.tool_parser", "env.config.expert", "rollout.train_envs",
-                                  "rollout.val_envs", "algorithm.name", "trainer.sft_warmup_steps"), after=("env_mix",))
+@register("agent_program", reads=("env.name", "env.config.tool_parser", "rollout.train_envs", "rollout.val_envs",
+                                  "algorithm.name"), after=("env_mix",))
 def check_agent_program(cfg: TrainConfig) -> list[str]:
     """``env=agent_program`` (the user's program, ``ragen.env.agent_program``): the PPO family only, alone in its
     run (it is played by its own rollout driver, chosen by ``env.name``), with a known tool-call format."""
@@ -100,10 +100,6 @@ def check_agent_program(cfg: TrainConfig) -> list[str]:
     parser = dict(cfg.env.config).get("tool_parser", "hermes")
     if parser not in TOOL_PARSERS:
         out.append(f"env.config.tool_parser={parser!r} is unknown; use one of {', '.join(sorted(TOOL_PARSERS))}")
-    expert = dict(cfg.env.config).get("expert")
-    if expert is not None and cfg.trainer.sft_warmup_steps == 0:
-        out.append(f"env.config.expert={expert!r} has no effect: the expert answers a warm start's calls only, and "
-                   "trainer.sft_warmup_steps=0; set trainer.sft_warmup_steps >= 1 or env.config.expert=null")
     return out
 
 
@@ -341,8 +337,9 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
     out = []
     if ragen.env.is_program(cfg.env.name):  # the program's expert, not an env's (check_agent_program)
         if dict(cfg.env.config).get("expert") is None:
-            out.append(f"trainer.sft_warmup_steps={steps} needs the program's expert: set env.config.expert="
-                       "<module>:<function> (prompt text -> answer text), or trainer.sft_warmup_steps=0")
+            out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert: for env={cfg.env.name} set "
+                       "env.config.expert=<module>:<function> (prompt text -> answer text), or "
+                       "trainer.sft_warmup_steps=0")
         return out
     if cfg.env.name in ragen.env.names() and not ragen.env.has_expert(cfg.env.name):
         with_expert = [n for n in ragen.env.names() if ragen.env.has_expert(n)]

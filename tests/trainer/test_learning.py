@@ -148,7 +148,6 @@ PROGRAM_RUNS = [
 PROGRAM_THRESHOLD = 0.8
 
 
-@pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.timeout(2700)
 @pytest.mark.parametrize(("label", "overrides", "learns"), PROGRAM_RUNS, ids=[r[0] for r in PROGRAM_RUNS])

@@ -251,6 +251,9 @@ ENV_COMMENTS: dict[str, dict[str, str]] = {
         'config.timeout_s': 'time limit of one program run; past it the episode fails and trains nothing',
         'config.tool_parser': 'hermes (<tool_call>{json}</tool_call>: Hermes, Qwen2.5, Qwen3) | none',
         'config.model': 'the model name the endpoint serves (requests must name it)',
+        'config.format_penalty': 'added to the reward of each call that was a malformed tool call (<= 0)',
+        'config.expert': ('module:function, prompt text -> answer text: the demonstrations of a warm start '
+                          '(trainer.sft_warmup_steps) | null'),
     },
     'bandit': {
         'name': 'registry name',

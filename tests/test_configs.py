@@ -207,7 +207,8 @@ def test_env_variants_inherit_their_env_and_set_only_what_differs():
     import ragen.env
 
     variants = sorted(p for p in (CONFIG / "env").glob("*.yaml") if p.stem not in ragen.env.names())
-    assert [p.stem for p in variants] == ["bandit_sure", "frozen_lake_3x3", "twenty_questions_small"]
+    assert [p.stem for p in variants] == ["agent_program_calculator", "bandit_sure", "frozen_lake_3x3",
+                                          "twenty_questions_small"]
     for path in variants:
         own = OmegaConf.to_container(OmegaConf.load(path))
         assert own.pop("defaults") == [own["name"], "_self_"], path.name

@@ -28,7 +28,8 @@ from ragen.agent.context import ChatFormat
 from ragen.agent.layout import row_layout
 from ragen.agent.program_batch import ProgramEpisode, program_batch
 from ragen.env import make
-from ragen.gateway.program import ProgramResult, ProgramTask, run_programs
+from ragen.gateway.expert import ExpertEngine
+from ragen.gateway.program import ProgramResult, ProgramTask, call_rewards, run_programs
 from ragen.gateway.server import Gateway, GatewayConfig, GatewayThread
 from ragen.rollout.base import SamplingParams
 
@@ -75,10 +76,18 @@ class ProgramProxy:
         self.seed, self.val_seed = int(state["seed"]), int(state["val_seed"])
         self.train_calls = int(state["train_calls"])
 
+    def expert_responder(self) -> ExpertEngine:
+        """The engine of a warm start's rollouts: the train program's expert (``env.config.expert``) writing every
+        answer (``ragen.gateway.expert``); pass it to :meth:`rollout` as ``responder``."""
+        expert = make("agent_program", **self.groups["train"].config).expert
+        if expert is None:
+            raise ValueError("a warm start of an agent program needs its expert: set env.config.expert="
+                             "<module>:<function> (prompt text -> answer text)")
+        return ExpertEngine(self.tokenizer, expert, self.fmt.eot_id)
+
     def rollout(self, mode: str = "train", responder: Any = None) -> RolloutBatch:
-        """One batch of program runs: ``"train"`` advances the seeds each call, ``"val"`` uses fixed seeds."""
-        if responder is not None:
-            raise ValueError("an agent program samples from the engine only; it takes no responder (no warm start)")
+        """One batch of program runs: ``"train"`` advances the seeds each call, ``"val"`` uses fixed seeds.
+        ``responder``: an engine that answers instead of the run's (a warm start's :meth:`expert_responder`)."""
         if mode not in self.groups:
             raise ValueError(f"unknown rollout mode {mode!r}; valid modes: {sorted(self.groups)}")
         groups = self.groups[mode]
@@ -91,18 +100,19 @@ class ProgramProxy:
         tasks = [ProgramTask(f"g{g}-e{i}", program.task(base + g), base + g)
                  for g in range(groups.n_groups) for i in range(groups.group_size)]
         start = time.perf_counter()
-        episodes = self.play(program, tasks, groups.group_size)
-        batch = program_batch(episodes, self.layout, self.pad_id)
+        episodes = self.play(program, tasks, groups.group_size, self.engine if responder is None else responder)
+        batch = program_batch(episodes, self.layout, self.pad_id, program.format_penalty)
         batch.metrics["gateway/time/rollout_s"] = time.perf_counter() - start
         _log_failures(episodes, mode)
         return batch
 
-    def play(self, program: Any, tasks: Sequence[ProgramTask], group_size: int) -> list[ProgramEpisode]:
-        """Run ``program`` once per task against a gateway of its own, and collect each run's episode."""
+    def play(self, program: Any, tasks: Sequence[ProgramTask], group_size: int, engine: Any) -> list[ProgramEpisode]:
+        """Run ``program`` once per task against a gateway of its own over ``engine``, and collect each run's
+        episode."""
         ag = self.cfg
         sampling = SamplingParams(temperature=ag.temperature, top_p=ag.top_p, top_k=ag.top_k,
                                   max_new_tokens=ag.max_new_tokens)
-        gateway = Gateway(self.engine, self.tokenizer, sampling, GatewayConfig(
+        gateway = Gateway(engine, self.tokenizer, sampling, GatewayConfig(
             model=program.model, max_model_len=ag.max_model_len, tool_format=program.tool_parser))
         with GatewayThread(gateway) as thread:
             self.last_port = gateway.port
@@ -110,17 +120,24 @@ class ProgramProxy:
                 run_programs(gateway, program.entry, tasks, program.timeout_s, API_KEY))
 
             def collect() -> list[ProgramEpisode]:
-                out = []
-                for i, (task, result) in enumerate(zip(tasks, results, strict=True)):
-                    log = gateway.book.episode(task.episode)
-                    failed = result.failed or log.failed
-                    out.append(ProgramEpisode(
-                        list(log.calls), result.reward, failed, "; ".join(log.errors) if failed else "",
-                        i // group_size, task.seed, [gateway.renderer.completion_text(c.sampled_ids)
-                                                      for c in log.calls]))
-                return out
+                return [_episode(gateway, task, result, i // group_size)
+                        for i, (task, result) in enumerate(zip(tasks, results, strict=True))]
 
             return thread.call(collect)
+
+
+def _episode(gateway: Gateway, task: ProgramTask, result: ProgramResult, group: int) -> ProgramEpisode:
+    """One run's episode from the gateway's log of it; per-call rewards naming no call of it fail it."""
+    log = gateway.book.episode(task.episode)
+    per_call = None
+    if result.per_call is not None and not result.failed:
+        try:
+            per_call = call_rewards(log.calls, result.per_call)
+        except ValueError as exc:
+            log.fail(str(exc))
+    failed = result.failed or log.failed
+    return ProgramEpisode(list(log.calls), result.reward, failed, "; ".join(log.errors) if failed else "", group,
+                          task.seed, [gateway.renderer.completion_text(c.sampled_ids) for c in log.calls], per_call)
 
 
 def _log_failures(episodes: Sequence[ProgramEpisode], mode: str, shown: int = 5) -> None:

@@ -15,6 +15,7 @@ of one group share the task and the seed.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -50,14 +51,18 @@ class AgentProgram:
     """The program run's config (module docstring); checked when built. ``timeout_s``: each program run's time
     limit (past it the episode fails and trains nothing); ``tool_parser``: how the model's tool calls are read
     (``hermes``: ``<tool_call>{json}</tool_call>``, Hermes / Qwen2.5 / Qwen3; ``none``); ``model``: the model name
-    the endpoint serves (the program's requests must name it)."""
+    the endpoint serves (the program's requests must name it); ``format_penalty``: added to the reward of each call
+    whose completion was a malformed tool call (a number <= 0; the env proxy's ``agent.format_penalty`` default);
+    ``expert``: ``module:function``, ``expert(prompt_text) -> answer_text``, the demonstrations of a warm start
+    (``trainer.sft_warmup_steps``; ``ragen.gateway.expert``), or None."""
 
     PROGRAM = True  # run by the program driver, never stepped (``ragen.env.base.is_program``)
     DEFAULT_MAX_TURN = 3  # the calls per episode the run plan and memory checks assume
     instructions = ""
 
     def __init__(self, entry: str, tasks: list | None = None, tasks_entry: str | None = None,
-                 timeout_s: float = 120.0, tool_parser: str = "hermes", model: str = "ragen") -> None:
+                 timeout_s: float = 120.0, tool_parser: str = "hermes", model: str = "ragen",
+                 format_penalty: float = -0.1, expert: str | None = None) -> None:
         self.entry = load_entry(entry, "env.config.entry")
         if tasks is not None and (isinstance(tasks, str | bytes) or not hasattr(tasks, "__len__") or not len(tasks)):
             raise ValueError(f"env.config.tasks={tasks!r} must be a non-empty list of tasks (or null: tasks_entry, "
@@ -72,7 +77,14 @@ class AgentProgram:
                              "time limit)")
         if not isinstance(model, str) or not model:
             raise ValueError(f"env.config.model={model!r} must be a non-empty name (the model the endpoint serves)")
+        if isinstance(format_penalty, bool) or not isinstance(format_penalty, int | float) or not (
+                -math.inf < format_penalty <= 0):
+            raise ValueError(f"env.config.format_penalty={format_penalty!r} must be a finite number <= 0 (added to the "
+                             "reward of each malformed tool call); set e.g. env.config.format_penalty=-0.1, or 0 for "
+                             "none")
         self.timeout_s, self.tool_parser, self.model = float(timeout_s), tool_parser, model
+        self.format_penalty = float(format_penalty)
+        self.expert = load_entry(expert, "env.config.expert") if expert is not None else None
 
     def task(self, seed: int) -> Any:
         """The task of the episodes with ``seed`` (module docstring)."""

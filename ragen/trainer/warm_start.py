@@ -1,4 +1,5 @@
-"""Supervised warm start before RL: behaviour cloning on the envs' experts, played through the agent proxy.
+"""Supervised warm start before RL: behaviour cloning on the envs' experts, played through the agent proxy (or, for
+an agent program, on its expert's answers recorded through the gateway: ``ragen.gateway.expert``).
 
 A small model that never writes a parseable answer (the default model on FrozenLake: format_ok 0 at step 0)
 gives RL no reward to assign. ``trainer.sft_warmup_steps`` steps run first, each:
@@ -33,6 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ragen.agent.expert import ExpertResponder
+from ragen.env.base import is_program
 from ragen.trainer import numerics
 from ragen.trainer.config.schema import TrainConfig
 from ragen.trainer.layout import layout_of
@@ -86,8 +88,11 @@ def run_warm_start(run: Run, *, proxy: Any, row_multiple: int, sync_engine: Call
     trainer's validation, its rollouts written to ``val_rollouts/step_0<suffix>.jsonl``."""
     cfg = run.cfg
     actor = run.workers["actor"]
-    responder = ExpertResponder(run.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
-                                noise=cfg.sft.noise, seed=cfg.trainer.seed)
+    if is_program(cfg.env.name):  # the program's expert answers its calls through the gateway
+        responder = proxy.expert_responder()
+    else:
+        responder = ExpertResponder(run.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
+                                    noise=cfg.sft.noise, seed=cfg.trainer.seed)
     steps, layout = cfg.trainer.sft_warmup_steps, layout_of(cfg)
     # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
     failed = numerics.FailedEpisodesGuard(min(cfg.trainer.max_failed_steps, 1), what="warm-start step")

@@ -37,6 +37,25 @@ def two_calls(base_url, api_key, task, seed):
     return float(task["n"])
 
 
+def post(base_url, messages):
+    req = urllib.request.Request(base_url + "/chat/completions", method="POST", headers={
+        "Content-Type": "application/json"}, data=json.dumps({"model": "ragen", "messages": messages}).encode())
+    with urllib.request.urlopen(req) as r:
+        return json.loads(r.read())
+
+
+def per_call(base_url, api_key, task, seed):
+    """Two merging calls rewarded per call by response id: 0.25 for the first, 2.0 for the second (or a reward
+    for an id that is no call of the episode, which fails it)."""
+    messages = [{"role": "user", "content": "question"}]
+    first = post(base_url, messages)
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "again"}]
+    second = post(base_url, messages)
+    if task == "unknown id":
+        return {"chatcmpl-nothing": 1.0}
+    return {first["id"]: 0.25, second["id"]: 2.0}
+
+
 def edited_answer(base_url, api_key, task, seed):
     """Two calls; the first answer is sent back changed (a fork: the model never wrote that text)."""
     messages = [{"role": "user", "content": "question"}]
@@ -111,6 +130,20 @@ def test_merged_episodes_one_row_reward_on_the_last_model_token(engine, default_
         socket.create_connection(("127.0.0.1", p.last_port), timeout=2).close()
 
 
+def test_per_call_rewards_land_on_each_calls_last_model_token(engine, default_tokenizer):
+    batch = proxy(engine, default_tokenizer, "per_call", n_groups=1, group_size=2).rollout("train")
+    assert batch.failed.tolist() == [False, False] and batch.metrics["gateway/forks"] == 0.0
+    for i in range(2):
+        (a0, b0), (a1, b1) = model_runs(batch.input_ids[i], batch.turn_ids[i])
+        nz = batch.token_rewards[i].nonzero().flatten().tolist()
+        assert nz == [b0 - 1, b1 - 1] and batch.token_rewards[i, nz].tolist() == [0.25, 2.0]
+        assert batch.turn_rewards[i].tolist() == [0.25, 2.0]
+    assert batch.metrics["env/agent_program/reward"] == 2.25
+    bad = proxy(engine, default_tokenizer, "per_call", n_groups=1, group_size=1, tasks=["unknown id"]).rollout("val")
+    assert bad.failed.tolist() == [True] and bad.token_rewards.abs().sum() == 0
+    assert "'chatcmpl-nothing', which is no response id of its episode" in bad.episodes[0].error
+
+
 def test_a_raising_program_fails_only_its_episode(engine, default_tokenizer):
     p = proxy(engine, default_tokenizer, "two_calls", n_groups=1, group_size=1, tasks=[{"n": 1, "raise": True}])
     p2 = proxy(engine, default_tokenizer, "two_calls", n_groups=1, group_size=3, tasks=[{"n": 1}])
@@ -148,3 +181,34 @@ def test_a_forked_episode_is_masked_or_becomes_turn_rows(engine, default_tokeniz
         assert set(batch.turn_ids[i, run[0]:run[1]].tolist()) == {i % 2}
     assert torch.equal(batch.token_rewards.sum(dim=1), torch.tensor([0.0, 1.0, 0.0, 1.0]))
     assert batch.metrics["gateway/masked_episodes"] == 0.0
+
+
+@pytest.mark.parametrize("entry", ["run", "run_without_tool"])
+def test_a_warm_starts_demonstrations_are_the_experts_answers_recorded_through_the_gateway(engine, default_tokenizer,
+                                                                                           entry):
+    """The calculator's expert answers each call (a tool call, then the tool's result, or with the tool disabled the
+    value it computes): every episode is solved, and the model tokens of each row are the expert's texts, each
+    followed by the end-of-turn id, after exactly the prompts the program sent."""
+    from ragen.gateway.examples import calculator
+
+    name = calculator.__name__
+    groups = ProgramGroups({"entry": f"{name}:{entry}", "expert": f"{name}:expert"}, 2, 1)
+    p = ProgramProxy(engine, default_tokenizer, AgentConfig(max_new_tokens=64, max_model_len=1024), groups, groups)
+    batch = p.rollout("train", responder=p.expert_responder())
+    assert batch.failed.tolist() == [False, False] and batch.metrics["gateway/forks"] == 0.0
+    assert batch.metrics["env/agent_program/success"] == 1.0 and batch.metrics["env/agent_program/turns"] == 2.0
+    eot = p.fmt.eot_id
+    for i in range(2):
+        task = calculator.make_task(batch.episodes[i].seed)
+        (a0, b0), (a1, b1) = model_runs(batch.input_ids[i], batch.turn_ids[i])
+        expression = task["question"][len("What is "):-1]
+        call = default_tokenizer.decode(batch.input_ids[i, a0:b0 - 1].tolist())
+        assert call == f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
+        assert default_tokenizer.decode(batch.input_ids[i, a1:b1 - 1].tolist()) == str(task["answer"])
+        assert batch.input_ids[i, b0 - 1] == eot and batch.input_ids[i, b1 - 1] == eot
+        assert batch.token_rewards[i].nonzero().flatten().tolist() == [b1 - 1]
+        shown = default_tokenizer.decode(batch.input_ids[i, b0:a1].tolist())
+        assert (str(task["answer"]) in shown) is (entry == "run")  # the tool's result, or its error
+    p.groups["train"] = ProgramGroups({"entry": f"{name}:run"}, 1, 1)
+    with pytest.raises(ValueError, match="set env.config.expert="):
+        p.expert_responder()

@@ -63,6 +63,11 @@ def add_env_rows(t: Table) -> None:
         note="hermes | none: how tool calls are read (tests/gateway/test_toolcalls.py)")
     row("agent_program", "model", changes(PROGRAM_OBS, "another", when=c),
         note="the example's requests name ragen: another name answers each with a 400 and fails the episode")
+    row("agent_program", "format_penalty", rejected(0.5, when=c),
+        note="live: the reward of each call that was a malformed tool call (tests/agent/test_program_rewards.py)")
+    row("agent_program", "expert", rejected("no_such_module:expert", when=c),
+        note="live with trainer.sft_warmup_steps >= 1: the warm start's demonstrations "
+             "(tests/trainer/test_agent_program_run.py); without a warm start unread, as an env's expert_action is")
 
     c = _ctx("bandit")
     row("bandit", "low_arm", changes(EPISODES, "tiger", when=c))

@@ -128,3 +128,51 @@ def test_a_bad_entry_fails_before_the_start(tmp_path):
     with pytest.raises(ConfigError, match="rollout.val_envs names agent_program"):
         validate(load_train_config("base", _overrides(
             tmp_path, "rollout.val_envs=[{name: agent_program, n_groups: 1, config: {entry: 'x:y'}}]", env="bandit")))
+
+
+def test_a_bad_format_penalty_fails_before_the_start(tmp_path):
+    from ragen.launch import validate
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.schema import ConfigError
+    from ragen.trainer.config.unread_keys import explicit_keys
+
+    entry = f"env.config.entry={__name__}:flaky_calculator"
+    for value, shown in (("0.5", "0.5"), ("high", "'high'"), ("true", "True")):
+        with pytest.raises(ConfigError) as err:
+            validate(load_train_config("base", _overrides(tmp_path, entry, f"env.config.format_penalty={value}")))
+        assert f"env.config.format_penalty={shown} must be a finite number <= 0" in str(err.value)
+        assert "set e.g. env.config.format_penalty=-0.1" in str(err.value)
+    validate(load_train_config("base", _overrides(tmp_path, entry, "env.config.format_penalty=-1")))
+    why = "agent.format_penalty=-0.5 has no effect: .*is env.config.format_penalty; set that instead"
+    with explicit_keys(["agent.format_penalty"]), pytest.raises(ConfigError, match=why):
+        validate(load_train_config("base", _overrides(tmp_path, entry, "agent.format_penalty=-0.5")))
+
+
+def test_a_warm_start_imitates_the_programs_expert(tmp_path):
+    """``trainer.sft_warmup_steps`` with ``env.config.expert``: the warm start plays the program against the expert
+    (every episode solved, two calls each), trains on it, and RL follows; without the expert, or with one that does
+    not import, the run is refused before the start."""
+    from ragen.launch import run, validate
+    from ragen.trainer.config.compose import load_train_config
+    from ragen.trainer.config.schema import ConfigError
+
+    calc = "ragen.gateway.examples.calculator"
+    entry, expert = f"env.config.entry={calc}:run", f"env.config.expert={calc}:expert"
+    over = [*_overrides(tmp_path, entry, expert, "agent.max_new_tokens=64"), "trainer.sft_warmup_steps=2"]
+    run(load_train_config("base", over))
+    records = read_metrics(tmp_path)
+    sft = [r for r in records if "sft/step" in r]
+    assert [r["sft/step"] for r in sft] == [1.0, 2.0]
+    assert all(r["sft/env/agent_program/success"] == 1.0 and r["sft/env/agent_program/turns"] == 2.0 for r in sft)
+    assert sft[1]["sft/nll"] < sft[0]["sft/nll"]
+    assert [r["step"] for r in records if "actor/pg_loss" in r] == [1, 2]
+    with pytest.raises(ConfigError, match="trainer.sft_warmup_steps=2 needs an env with an expert: for "
+                                          "env=agent_program set env.config.expert="):
+        validate(load_train_config("base", [*_overrides(tmp_path, entry), "trainer.sft_warmup_steps=2"]))
+    with pytest.raises(ConfigError, match="env.config.expert='no_such_module:expert'.* cannot be imported"):
+        validate(load_train_config("base", [*over, "env.config.expert=no_such_module:expert"]))
+    from ragen.trainer.config.unread_keys import explicit_keys
+
+    with explicit_keys(["sft.noise"]), pytest.raises(ConfigError, match="sft.noise=0.5 has no effect: the program's "
+                                                                         "expert"):
+        validate(load_train_config("base", [*over, "sft.noise=0.5"]))

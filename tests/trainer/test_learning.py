@@ -13,6 +13,9 @@ tests/workers/test_update_direction.py (an update moves log-probs with the advan
   to turn 1 and must stay under the same threshold on the same seeds.
 - ``train_ppo_multi_turn.sh`` and ``train_ppo_bilevel.sh`` as they run with no arguments: greedy validation success
   after RL at least 0.1 above the one after the warm start.
+- An agent program (``agent_program_learning_check``, also marked ``slow``): the calculator example trained through
+  the gateway after a warm start on its expert's demonstrations must reach 0.8 greedy validation success, and the
+  same program with its calculator disabled must not.
 Each run appends its figures to ``$RAGEN_LEARNING_RESULTS`` (if set) for the table that script prints.
 """
 
@@ -131,3 +134,29 @@ def test_multi_turn_launch_default_gains_over_its_warm_start(tmp_path, config):
     warm, after, records = learning_run(tmp_path, config, [], f"frozen_lake 3x3 / {config} default")
     assert any(r.get("val/after_warm_start") for r in records if r["step"] == 0)
     assert after >= warm + RL_GAIN, (config, warm, after)
+
+
+# An agent program (config/agent_program_learning_check.yaml): the calculator example through the gateway, warm-started
+# on its expert's demonstrations recorded through the same endpoint, then GRPO; greedy validation on 16 fixed
+# questions whose answers all differ (a fixed answer wins at most 1 of 16). The control is the same program, expert
+# and warm start with the calculator disabled: the answer is never in a prompt, so only arithmetic the 135M model
+# cannot do would score.
+PROGRAM_RUNS = [
+    ("calculator", [], True),
+    ("calculator disabled (control)", ["env.config.entry=ragen.gateway.examples.calculator:run_without_tool"], False),
+]
+PROGRAM_THRESHOLD = 0.8
+
+
+@pytest.mark.learning
+@pytest.mark.timeout(2700)
+@pytest.mark.parametrize(("label", "overrides", "learns"), PROGRAM_RUNS, ids=[r[0] for r in PROGRAM_RUNS])
+def test_an_agent_program_learns_to_use_its_tool(tmp_path, label, overrides, learns):
+    before, after, records = learning_run(tmp_path, "agent_program_learning_check", overrides,
+                                          f"agent_program / {label}")
+    sft = [r for r in records if "sft/step" in r]
+    assert sft and all(r["sft/env/agent_program/success"] == 1.0 for r in sft)  # the expert solves every question
+    assert before < PROGRAM_THRESHOLD
+    assert (after >= PROGRAM_THRESHOLD) is learns, (label, before, after)
+    calls = [r["val/env/agent_program/turns"] for r in records if "val/env/agent_program/turns" in r]
+    assert calls[0] == 1.0 and calls[-1] == 2.0  # untrained: one call, no tool; trained: a tool call, then the answer

@@ -80,7 +80,8 @@ def test_nan_steps_are_skipped_and_consecutive_ones_stop_the_run(tmp_path, monke
 
     _poison(monkeypatch, {1, 3, 4})
     cfg = load_train_config("ppo_bandit", [*tiny_overrides(tmp_path, 5), *FAST, "trainer.max_consecutive_skips=2",
-                                           "algorithm.estimator=grpo", "critic.enable=false"])
+                                           "algorithm.estimator=grpo", "critic.enable=false",
+                                           "actor.ppo_epochs=2"])  # exactly on-policy would skip old_log_probs
     with pytest.raises(N.NonFiniteError, match=r"2 consecutive .*old_log_probs.*step 3: old_log_probs \(1 non"):
         run(cfg)
     records = read_metrics(tmp_path)

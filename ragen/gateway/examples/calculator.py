@@ -13,6 +13,11 @@ trains as it is.
 The task of a seed is drawn by :func:`make_task` when the run gives none (``env.config.tasks`` /
 ``tasks_entry`` unset). The program allows ``MAX_CALLS`` calls: a tool call is answered with the calculator's
 result; an answer that is no number gets one reminder.
+
+:func:`expert` writes the demonstrations of a warm start (``env.config.expert``; docs/gateway.md): a tool call with
+the question's expression, then the tool's result as the answer. :func:`run_without_tool` is the same program whose
+calculator is disabled (it answers every call with an error): the control of the learning check, where the right
+answer is never in the prompt.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ TOOLS = [{
                        "required": ["expression"]},
     },
 }]
+DISABLED = "error: the calculator is disabled"
 SYSTEM = ("You solve arithmetic questions. You may call the calculator tool. Answer with the number alone, "
           "e.g. 42.")
 
@@ -85,8 +91,9 @@ def final_number(text: str | None) -> float | None:
     return float(found[-1]) if found else None
 
 
-def run(base_url: str, api_key: str, task: dict | None, seed: int) -> float:
-    """One episode: the question, tool calls answered, the final answer scored (module docstring)."""
+def run(base_url: str, api_key: str, task: dict | None, seed: int, tool: bool = True) -> float:
+    """One episode: the question, tool calls answered (by the calculator when ``tool``, else with an error), the
+    final answer scored (module docstring)."""
     task = task or make_task(seed)
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task["question"]}]
     for _ in range(MAX_CALLS):
@@ -98,7 +105,8 @@ def run(base_url: str, api_key: str, task: dict | None, seed: int) -> float:
                 expression = json.loads(call["function"]["arguments"]).get("expression", "")
             except (ValueError, AttributeError):
                 expression = ""
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": calculate(expression)})
+            result = calculate(expression) if tool else DISABLED
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         if calls:
             continue
         answer = final_number(message.get("content"))
@@ -106,3 +114,24 @@ def run(base_url: str, api_key: str, task: dict | None, seed: int) -> float:
             return float(answer == task["answer"])
         messages.append({"role": "user", "content": "Answer with the number alone."})
     return 0.0
+
+
+def run_without_tool(base_url: str, api_key: str, task: dict | None, seed: int) -> float:
+    """:func:`run` with the calculator disabled (module docstring)."""
+    return run(base_url, api_key, task, seed, tool=False)
+
+
+def expert(prompt: str) -> str:
+    """The demonstration for a call whose rendered prompt is ``prompt`` (a ChatML rendering, as the default model's
+    and Qwen's templates write it): after a tool result, the answer (the result; when the result is no number, the
+    question's value, computed here); otherwise a calculator call on the question's expression."""
+    question = re.findall(r"What is ([^?]+)\?", prompt)
+    expression = question[-1] if question else "0"
+    blocks = prompt.split("<|im_start|>")
+    last = blocks[-2] if len(blocks) >= 2 else ""  # the message before the generation prompt
+    if last.startswith("tool") or "<tool_response>" in last:
+        result = calculate(expression)
+        shown = re.findall(r"-?\d+(?:\.\d+)?", last.split("\n", 1)[-1])
+        return shown[-1] if shown else result
+    call = {"name": "calculator", "arguments": {"expression": expression}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"

@@ -322,8 +322,9 @@ def check_engine_placement(cfg: TrainConfig) -> list[str]:
     return out
 
 
-@register("warm_start", reads=("trainer.sft_warmup_steps", "env.name", "agent.think", "agent.think_tag",
-                               "agent.answer_tag", "agent.response_prefix"), after=("env_mix",), per_env=True)
+@register("warm_start", reads=("trainer.sft_warmup_steps", "env.name", "env.config.expert", "agent.think",
+                               "agent.think_tag", "agent.answer_tag", "agent.response_prefix"), after=("env_mix",),
+          per_env=True)
 def check_warm_start(cfg: TrainConfig) -> list[str]:
     """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow."""
     steps = cfg.trainer.sft_warmup_steps
@@ -334,6 +335,12 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
     import ragen.env
 
     out = []
+    if ragen.env.is_program(cfg.env.name):  # the program's expert, not an env's (check_agent_program)
+        if dict(cfg.env.config).get("expert") is None:
+            out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert: for env={cfg.env.name} set "
+                       "env.config.expert=<module>:<function> (prompt text -> answer text), or "
+                       "trainer.sft_warmup_steps=0")
+        return out
     if cfg.env.name in ragen.env.names() and not ragen.env.has_expert(cfg.env.name):
         with_expert = [n for n in ragen.env.names() if ragen.env.has_expert(n)]
         out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert, but env {cfg.env.name!r} has none; "

@@ -308,9 +308,14 @@ def _program(cfg: TrainConfig) -> list[str]:
 
     if cfg.env.name != PROGRAM_ENV:
         return []
-    unread = tuple(f.name for f in dataclasses.fields(cfg.agent) if f.name not in PROGRAM_AGENT_KEYS)
-    return _inert(cfg, "agent", _explicit("agent", unread), f"env={PROGRAM_ENV} runs your program, which writes "
-                  "its own prompts and reads its own answers", "remove the override")
+    unread = tuple(f.name for f in dataclasses.fields(cfg.agent)
+                   if f.name not in PROGRAM_AGENT_KEYS and f.name != "format_penalty")
+    why = f"env={PROGRAM_ENV} runs your program, which writes its own prompts and reads its own answers"
+    return (_inert(cfg, "agent", _explicit("agent", unread), why, "remove the override")
+            + _inert(cfg, "agent", _explicit("agent", ("format_penalty",)), why,
+                     "the gateway's penalty for a malformed tool call is env.config.format_penalty; set that instead")
+            + _inert(cfg, "sft", _explicit("sft", ("noise",)), "the program's expert (env.config.expert) answers "
+                     "every call of its warm start; there are no legal actions to draw from", "remove the override"))
 
 
 def _trainer(cfg: TrainConfig) -> list[str]:

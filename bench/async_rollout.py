@@ -7,7 +7,9 @@ FrozenLake 3x3 whose every continuing turn waits ``--delays`` seconds, a stand-i
 the batch's envs concurrently (``agent.env_workers``), so the async figure is the overlap of rollout and update
 alone. Settings: ``sync`` (the synchronous loop, the engine hosted by the actor's rank) and ``async k=K``
 (``trainer.async_rollout=true trainer.max_staleness=K``, the engine in the driver, ``token_tis`` correction), run in
-turn per delay. The first ``--skip`` steps (start-up, the first rollout nothing overlaps) are left out.
+turn per delay. The first ``--skip`` steps (start-up, the first rollout nothing overlaps) and the last step (it
+waits for no batch in flight, since none is played past the run's end) are left out: the figures are the steady
+state's.
 
 Timing model: a synchronous step takes R + U (R: the rollout, U: the rest of the step: old log-probs, update,
 weight sync, logging). With k >= 1 the rollout of the next batch overlaps the update, so a step takes max(R', U')
@@ -60,7 +62,7 @@ def run(delay: float, steps: int, k: int | None) -> list[dict]:
 
 def summary(records: list[dict], skip: int) -> dict[str, float]:
     """Seconds per trained sample and per step, and the phase means of the steps after ``skip``."""
-    steps = [r for r in records if "timing/step" in r][skip:]
+    steps = [r for r in records if "timing/step" in r][skip:-1]  # steady state: the last step plays nothing ahead
     n = len(steps)
     mean = lambda key: sum(r.get(key, 0.0) for r in steps) / n  # noqa: E731
     samples = sum(r["perf/episodes"] if "perf/episodes" in r else r.get("rollout/episodes", 8) for r in steps)
@@ -80,7 +82,7 @@ def predicted(sync: dict[str, float]) -> float:
 def memory_check(delay: float, steps: int) -> None:
     """Driver and actor RSS per step of a long async k=1 run: first and last of the second half, and the largest
     step-to-step growth there."""
-    records = [r for r in run(delay, steps, 1) if "memory/driver_rss_gb" in r]
+    records = [r for r in run(delay, steps, 1) if "memory/driver_rss_gb" in r and "memory/actor_rss_gb" in r]
     half = records[len(records) // 2:]
     for proc in ("driver", "actor"):
         rss = [r[f"memory/{proc}_rss_gb"] for r in half]
@@ -97,7 +99,8 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--memory-steps", type=int, default=0)
     args = ap.parse_args()
-    print(f"ppo_multi_turn +preset=tiny, latency_lake, 4 groups x 2, {args.steps} steps (first {args.skip} left out)")
+    print(f"ppo_multi_turn +preset=tiny, latency_lake, 4 groups x 2, {args.steps} steps (first {args.skip} and the "
+          "last left out)")
     print("delay s | setting | s / sample | ratio vs sync | model | step s | rollout wait s | rest s | "
           "played s | trainer idle | engine idle | staleness")
     for delay in args.delays:

@@ -354,8 +354,9 @@ class PPOTrainer:
             else:
                 placement.wake_and_sync(run.engine, self._weight_sync if updated else None, offload)
         step_s = time.perf_counter() - start
-        if self.queue is not None:
-            metrics["async/trainer_idle_frac"] = t["rollout"] / step_s
+        if self.queue is not None:  # waiting for a batch, or for the batch in flight before the weights load
+            metrics["async/sync_wait_s"] = run.engine.publish_wait_s
+            metrics["async/trainer_idle_frac"] = min(1.0, (t["rollout"] + run.engine.publish_wait_s) / step_s)
         metrics.update({f"timing/{k}": v for k, v in t.items()})
         metrics["timing/step"] = step_s
         if self._report_seconds is not None:

@@ -20,6 +20,7 @@ keys and values at its next turn.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +36,7 @@ class VersionedEngine:
         self.engine = engine
         self._version = int(version)
         self._lock = threading.RLock()
+        self.publish_wait_s = 0.0  # the last publish's wait for the engine (a generate call, or a held batch)
 
     @property
     def version(self) -> int:
@@ -60,7 +62,9 @@ class VersionedEngine:
         respect to ``generate``. Returns what ``load`` returned."""
         if version < self._version:
             raise ValueError(f"policy version goes back from {self._version} to {version}")
+        start = time.perf_counter()
         with self._lock:
+            self.publish_wait_s = time.perf_counter() - start
             out = None if load is None else load()
             self._version = int(version)
         return out

@@ -176,3 +176,19 @@ def test_an_error_in_the_rollout_thread_reaches_the_trainer():
     else:
         raise AssertionError("the rollout thread's error was lost")
     queue.stop()
+
+
+def test_a_publish_records_how_long_it_waited_for_the_engine():
+    gate = threading.Event()
+    inner = _Engine(gate)
+    eng = VersionedEngine(inner)
+    gen = threading.Thread(target=lambda: eng.generate([[1]], SamplingParams()))
+    gen.start()
+    while not inner.in_forward:
+        pass
+    threading.Timer(0.2, gate.set).start()
+    eng.publish(1, None)  # waits for the forward pass the timer ends
+    gen.join(10)
+    waited = eng.publish_wait_s
+    eng.publish(2, None)  # nothing in flight
+    assert waited > 0 and eng.publish_wait_s < waited

@@ -2,7 +2,8 @@
 the trainer's and the engine's idle fractions, and a timing model checked against the measurement.
 
 Each setting is a real training run (``python -m ragen.train``, ``ppo_multi_turn`` with ``+preset=tiny``: the tiny
-random model, Ray workers in processes of their own, the hf engine) on ``latency_lake`` (``bench/latency_env.py``:
+random model; the recipe's in-process workers, so the engine's thread and the update share one process; the hf
+engine) on ``latency_lake`` (``bench/latency_env.py``:
 FrozenLake 3x3 whose every continuing turn waits ``--delays`` seconds, a stand-in for a tool call). Both loops step
 the batch's envs concurrently (``agent.env_workers``), so the async figure is the overlap of rollout and update
 alone. Settings: ``sync`` (the synchronous loop, the engine hosted by the actor's rank) and ``async k=K``
@@ -80,11 +81,11 @@ def predicted(sync: dict[str, float]) -> float:
 
 
 def memory_check(delay: float, steps: int) -> None:
-    """Driver and actor RSS per step of a long async k=1 run: first and last of the second half, and the largest
-    step-to-step growth there."""
-    records = [r for r in run(delay, steps, 1) if "memory/driver_rss_gb" in r and "memory/actor_rss_gb" in r]
+    """RSS per step of each process of a long async k=1 run (the driver, and the Ray workers where the run has them):
+    first and last of the second half, and the largest step-to-step growth there."""
+    records = [r for r in run(delay, steps, 1) if "memory/driver_rss_gb" in r]
     half = records[len(records) // 2:]
-    for proc in ("driver", "actor"):
+    for proc in [p for p in ("driver", "actor", "critic") if f"memory/{p}_rss_gb" in half[0]]:
         rss = [r[f"memory/{proc}_rss_gb"] for r in half]
         growth = max(b - a for a, b in zip(rss, rss[1:], strict=False))
         print(f"memory {proc}: steps {half[0]['step']}-{half[-1]['step']} RSS {rss[0]:.3f} -> {rss[-1]:.3f} GB, "

@@ -41,7 +41,8 @@ def test_samples_carry_the_version_their_weights_have():
     assert (s.token_ids, s.extra[VERSION_KEY]) == ([40], 5)
 
 
-def test_a_weight_load_waits_for_the_forward_in_flight():
+def _forward_in_flight() -> tuple[threading.Event, _Engine, VersionedEngine, threading.Thread]:
+    """A versioned engine whose ``generate`` (on its own thread) is inside its forward pass until the gate opens."""
     gate = threading.Event()
     inner = _Engine(gate)
     eng = VersionedEngine(inner)
@@ -49,6 +50,11 @@ def test_a_weight_load_waits_for_the_forward_in_flight():
     gen.start()
     while not inner.in_forward:
         pass
+    return gate, inner, eng, gen
+
+
+def test_a_weight_load_waits_for_the_forward_in_flight():
+    gate, inner, eng, gen = _forward_in_flight()
     pub = threading.Thread(target=lambda: eng.publish(1, lambda: eng.update_weights(7)))
     pub.start()
     pub.join(0.3)
@@ -179,13 +185,7 @@ def test_an_error_in_the_rollout_thread_reaches_the_trainer():
 
 
 def test_a_publish_records_how_long_it_waited_for_the_engine():
-    gate = threading.Event()
-    inner = _Engine(gate)
-    eng = VersionedEngine(inner)
-    gen = threading.Thread(target=lambda: eng.generate([[1]], SamplingParams()))
-    gen.start()
-    while not inner.in_forward:
-        pass
+    gate, _, eng, gen = _forward_in_flight()
     threading.Timer(0.2, gate.set).start()
     eng.publish(1, None)  # waits for the forward pass the timer ends
     gen.join(10)

@@ -41,6 +41,10 @@ COMMON = ("trainer.resume=none", "trainer.loggers=[console,jsonl]", "trainer.pro
 
 ASYNC_K1 = ("trainer.async_rollout=true", "trainer.max_staleness=1", "algorithm.rollout_correction.mode=token_tis")
 ASYNC_K2 = ("trainer.async_rollout=true", "trainer.max_staleness=2", "algorithm.rollout_correction.mode=token_tis")
+# k = 2 on delayed_choice with the check's 5 steps trains on 3 batches of the initial policy (staleness 2 from step
+# 3) and stays at its start; 5 + k steps give it as many batches of updated policies as k = 1 had (its control too).
+ASYNC_K2_LONGER = (*ASYNC_K2, "trainer.total_steps=7")
+PHOENIX_PAYS = ("env.config.low_arm=dragon", "env.config.high_arm=phoenix")
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class Method:
 @dataclass(frozen=True)
 class Claim:
     """An env and panel (``panel``: the overrides every method of the claim shares) and its methods. ``kind``:
-    ``reads`` (the bar is the open-loop bound + margin) or ``credit`` (the bar is the best control + margin).
+    ``reads`` (the bar is the open-loop bound + margin), ``credit`` (the bar is the best control + margin) or
+    ``threshold`` (the bar is ``bar``, a learning check's fixed threshold, and the start must be under it).
     ``needs_gain``: the warm start is an expert's, so the claim is RL's gain over it (above the bar as well).
     ``bound_depth``: the longest fixed plan the bound searches (None: the turn budget, or less where the search
     would expand too many states); a stated depth where the full budget cannot be searched."""
@@ -68,6 +73,7 @@ class Claim:
     kind: str = "reads"
     needs_gain: bool = False
     bound_depth: int | None = None
+    bar: float | None = None
 
 
 BLIND = ("agent.observations=blind",)
@@ -107,10 +113,19 @@ CLAIMS = (
     Claim("delayed_choice_async", "delayed_choice trained asynchronously: the next batch is played while the "
           "trainer updates, tokens up to k policy versions old, token_tis correction (docs/async.md)", (
         Method("bi-level GAE, async k=1", "credit_learning_check", ASYNC_K1),
-        Method("bi-level GAE, async k=2", "credit_learning_check", ASYNC_K2),
+        Method("bi-level GAE, async k=2, 7 steps", "credit_learning_check", ASYNC_K2_LONGER),
         Method("bi-level GAE, async k=1, turn-local (high_level_gamma 0)", "credit_learning_check",
                (*ASYNC_K1, "algorithm.high_level_gamma=0"), control=True),
+        Method("bi-level GAE, async k=2, 7 steps, turn-local (high_level_gamma 0)", "credit_learning_check",
+               (*ASYNC_K2_LONGER, "algorithm.high_level_gamma=0"), control=True),
     ), kind="credit"),
+    Claim("bandit_async", "the bandit's GRPO learning check (config/bandit_learning_check.yaml, the arm the warm "
+          "start avoids pays) synchronous and asynchronous at k = 1, 2, token_tis correction: sampled validation "
+          "success on 64 seeds must reach the check's 0.8", (
+        Method("GRPO, synchronous", "bandit_learning_check"),
+        Method("GRPO, async k=1", "bandit_learning_check", ASYNC_K1),
+        Method("GRPO, async k=2", "bandit_learning_check", ASYNC_K2),
+    ), panel=PHOENIX_PAYS, kind="threshold", bar=0.8),
     Claim("archer_delayed_choice", "ArCHer on delayed_choice after a format-only warm start (config/"
           "archer_delayed_choice.yaml)", (
         Method("ArCHer", "archer_delayed_choice"),
@@ -248,10 +263,13 @@ class Verdict:
 def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict:
     """The claim's verdict from its finished runs: every method (not control) has mean - sd >= bar (and, for a claim
     from a warm start that already reads, ``needs_gain``, a per-seed RL gain final - start with mean - sd > 0), and
-    every control's mean stays under the bar."""
+    every control's mean stays under the bar; for a ``threshold`` claim, every method's start is also under it."""
     finals = {m.name: [r["final"] for r in rows.get(m.name, []) if r["final"] is not None] for m in claim.methods}
     controls = [statistics.fmean(finals[m.name]) for m in claim.methods if m.control and finals[m.name]]
-    bar = bound + MARGIN if claim.kind == "reads" else (max(controls) + MARGIN if controls else float("nan"))
+    if claim.kind == "threshold":
+        bar = claim.bar
+    else:
+        bar = bound + MARGIN if claim.kind == "reads" else (max(controls) + MARGIN if controls else float("nan"))
     parts, oks = [], []
     for m in claim.methods:
         vals = finals[m.name]
@@ -271,6 +289,10 @@ def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict
             g_mean, g_sd = _stats(gains)
             ok = ok and len(gains) >= 3 and g_mean - g_sd > 0
             text += f"; RL gain over the warm start {g_mean:+.2f} ± {g_sd:.2f}"
+        if claim.kind == "threshold":
+            starts = [r["start"] for r in rows[m.name] if r["start"] is not None]
+            ok = ok and bool(starts) and max(starts) < bar
+            text += f"; start at most {max(starts, default=float('nan')):.2f}"
         oks.append(ok)
         parts.append(f"{m.name}: {'holds' if ok else 'not met'} ({text})")
     holds = None if None in oks else all(oks)

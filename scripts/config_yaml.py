@@ -168,6 +168,7 @@ COMMENTS: dict[str, str] = {
     'sft.lr': '(steps: trainer.sft_warmup_steps; the RL lr schedule is not touched)',
     'sft.epochs': 'behaviour-cloning passes over each warm-start batch',
     'sft.noise': "probability that a turn takes a random legal action instead of the expert's",
+    'sft.random_actions': "dealt (each legal action equally often) | independent (uniform draws)",
     'sft.lr_schedule': "constant | linear (lr down towards 0 over all the warm start's updates)",
     'trainer.save_freq': '<= 0: only the final checkpoint',
     'trainer.val_freq': '<= 0: only the final validation',

@@ -100,7 +100,8 @@ def batch_lines(cfg: TrainConfig) -> list[str]:
         total = cfg.trainer.sft_warmup_steps * sft.epochs * per_step
         out.append(f"[ragen] warm start {cfg.trainer.sft_warmup_steps} steps x {sft.epochs} epoch(s) x "
                    f"{layout.at_most(per_step)} mini-batch(es) of {cfg.actor.mini_batch_size} rows = "
-                   f"{total} optimizer steps; lr {sft.lr:g} ({sft.lr_schedule}), expert noise {sft.noise}")
+                   f"{total} optimizer steps; lr {sft.lr:g} ({sft.lr_schedule}), expert noise {sft.noise} "
+                   f"({sft.random_actions})")
     if cfg.algorithm.name != "ppo" or cfg.trainer.total_steps == 0:
         return out
     trained = ["actor"] + (["critic"] if run_shape.critic_worker_needed(cfg) else [])

@@ -92,7 +92,8 @@ def run_warm_start(run: Run, *, proxy: Any, row_multiple: int, sync_engine: Call
         responder = proxy.expert_responder()
     else:
         responder = ExpertResponder(run.tokenizer, cfg.agent_config(), proxy.fmt.eot_id,
-                                    noise=cfg.sft.noise, seed=cfg.trainer.seed)
+                                    noise=cfg.sft.noise, seed=cfg.trainer.seed,
+                                    random_actions=cfg.sft.random_actions)
     steps, layout = cfg.trainer.sft_warmup_steps, layout_of(cfg)
     # a warm-start step whose every episode failed teaches nothing: stop at the first (naming the env's error)
     failed = numerics.FailedEpisodesGuard(min(cfg.trainer.max_failed_steps, 1), what="warm-start step")

@@ -48,8 +48,34 @@ def test_noise_takes_random_legal_actions_and_bad_settings_raise(char_tok, fake_
     assert actions.count("left") == actions.count("right") == 24  # dealt like cards: each legal action equally often
     with pytest.raises(ValueError, match="noise"):
         ExpertResponder(char_tok, cfg, eot, noise=1.5)
+    with pytest.raises(ValueError, match="random_actions must be one of dealt, independent, got 'shuffled'"):
+        ExpertResponder(char_tok, cfg, eot, noise=1.0, random_actions="shuffled")
     with pytest.raises(ValueError, match="response_prefix"):
         ExpertResponder(char_tok, AgentConfig(think=False, response_prefix="<think>"), eot).text("right")
+
+
+def test_independent_random_actions_repeat_where_dealt_ones_alternate(char_tok, fake_engine):
+    """``random_actions``: a dealt deck of two actions never holds three of a kind in a row (each pair of deals is
+    one of each), uniform independent draws do (1 in 4 per triple); both only take legal actions."""
+    cfg = AgentConfig(max_turn=3, think=False)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+
+    def actions(kind):
+        responder = ExpertResponder(char_tok, cfg, eot, noise=1.0, seed=1, random_actions=kind)
+        return [responder.action(_TwoActions()) for _ in range(400)]
+
+    def triples(seq):
+        return sum(a == b == c for a, b, c in zip(seq, seq[1:], seq[2:], strict=False))
+
+    dealt, independent = actions("dealt"), actions("independent")
+    assert set(dealt) == set(independent) == {"left", "right"}
+    assert dealt.count("left") == 200 and triples(dealt) == 0
+    assert 60 < triples(independent) < 140  # 398 triples, each 1/4 under independent draws: 99.5 expected
+
+
+class _TwoActions:
+    def legal_actions(self):
+        return "left, right"
 
 
 def test_several_actions_per_turn_are_planned_on_a_copy(char_tok, fake_engine):

@@ -281,6 +281,8 @@ WARMING = ("trainer.sft_warmup_steps=1",)
 t.add("sft.lr", changes(WARM, 1e-3, when=WARMING), note="read only with trainer.sft_warmup_steps >= 1")
 t.add("sft.epochs", changes(WARM, 1, when=WARMING), note="read only with trainer.sft_warmup_steps >= 1")
 t.add("sft.noise", changes(DEMOS, 0.9, when=WARMING), note="read only with trainer.sft_warmup_steps >= 1")
+t.add("sft.random_actions", changes(DEMOS, "independent", when=(*WARMING, "sft.noise=1.0")), rejected("shuffled"),
+      note="read only with trainer.sft_warmup_steps >= 1 and sft.noise > 0")
 t.add("sft.lr_schedule", changes(WARM, "linear", when=(*WARMING, "sft.epochs=1")),
       note="read only with trainer.sft_warmup_steps >= 1")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ragen.agent.config import AgentConfig
+from ragen.agent.expert import RANDOM_ACTIONS
 from ragen.agent.layout import ROW_LAYOUTS
 from ragen.algorithms.registry import SHARED_SCALARS
 from ragen.algorithms.rollout_correction import RolloutCorrectionConfig
@@ -295,6 +296,8 @@ class SftSection:
     through the agent proxy and runs ``epochs`` passes of behaviour cloning over its model tokens at ``lr``
     (the actor's mini/micro batches; the RL lr schedule is untouched and the optimizer state is reset before
     RL). ``noise``: probability that a turn takes a random legal action instead of the expert's.
+    ``random_actions``: how those are drawn, ``dealt`` (each legal action equally often, a shuffled deck) or
+    ``independent`` (uniform draws; ``ragen.agent.expert`` says when each fits).
     ``lr_schedule``: ``constant`` (every update at ``lr``) or ``linear`` (from ``lr`` down towards 0 over all the
     warm start's updates). Adam's steps are about ``lr`` whatever the gradient, so at a constant rate the last few
     mini-batches decide where a choice the demonstrations leave even (``noise=1.0``) ends up; a decay lets it settle.
@@ -303,6 +306,7 @@ class SftSection:
     lr: float = 1.0e-4
     epochs: int = 2
     noise: float = 0.1
+    random_actions: str = "dealt"
     lr_schedule: str = "constant"
 
     def __post_init__(self) -> None:
@@ -318,6 +322,8 @@ def sft_problems(sft: SftSection) -> list[str]:
         out.append(f"sft.epochs must be >= 1, got {sft.epochs}")
     if not 0.0 <= sft.noise <= 1.0:
         out.append(f"sft.noise must be in [0, 1] (share of random legal actions), got {sft.noise}")
+    if sft.random_actions not in RANDOM_ACTIONS:
+        out.append(f"sft.random_actions must be one of {', '.join(RANDOM_ACTIONS)}, got {sft.random_actions!r}")
     if sft.lr_schedule not in ("constant", "linear"):
         out.append(f"sft.lr_schedule must be constant or linear, got {sft.lr_schedule!r}")
     return out

@@ -61,7 +61,7 @@ class Method:
 class Claim:
     """An env and panel (``panel``: the overrides every method of the claim shares) and its methods. ``kind``:
     ``reads`` (the bar is the open-loop bound + margin), ``credit`` (the bar is the best control + margin) or
-    ``threshold`` (the bar is ``bar``, a learning check's fixed threshold, and the start must be under it).
+    ``threshold`` (the bar is ``bar``, a learning check's fixed threshold).
     ``needs_gain``: the warm start is an expert's, so the claim is RL's gain over it (above the bar as well).
     ``bound_depth``: the longest fixed plan the bound searches (None: the turn budget, or less where the search
     would expand too many states); a stated depth where the full budget cannot be searched."""
@@ -77,6 +77,11 @@ class Claim:
 
 
 BLIND = ("agent.observations=blind",)
+BANDIT_METHODS = (
+    Method("GRPO, synchronous", "bandit_learning_check"),
+    Method("GRPO, async k=1", "bandit_learning_check", ASYNC_K1),
+    Method("GRPO, async k=2", "bandit_learning_check", ASYNC_K2),
+)
 EXPERT_WARM_START = ("trainer.sft_warmup_steps=6", "sft.noise=0.0", "actor.lr=2e-5")
 CLAIMS = (
     Claim("frozen_lake_3x3", "FrozenLake 3x3, 3 turns, greedy validation on 32 maps (train_ppo_multi_turn.sh)", (
@@ -119,13 +124,12 @@ CLAIMS = (
         Method("bi-level GAE, async k=2, 7 steps, turn-local (high_level_gamma 0)", "credit_learning_check",
                (*ASYNC_K2_LONGER, "algorithm.high_level_gamma=0"), control=True),
     ), kind="credit"),
-    Claim("bandit_async", "the bandit's GRPO learning check (config/bandit_learning_check.yaml, the arm the warm "
-          "start avoids pays) synchronous and asynchronous at k = 1, 2, token_tis correction: sampled validation "
-          "success on 64 seeds must reach the check's 0.8", (
-        Method("GRPO, synchronous", "bandit_learning_check"),
-        Method("GRPO, async k=1", "bandit_learning_check", ASYNC_K1),
-        Method("GRPO, async k=2", "bandit_learning_check", ASYNC_K2),
-    ), panel=PHOENIX_PAYS, kind="threshold", bar=0.8),
+    Claim("bandit_async", "the bandit's GRPO learning check (config/bandit_learning_check.yaml) with phoenix "
+          "paying, synchronous and asynchronous at k = 1, 2, token_tis correction: sampled validation success on 64 "
+          "seeds must reach the check's 0.8", BANDIT_METHODS, panel=PHOENIX_PAYS, kind="threshold", bar=0.8),
+    Claim("bandit_async_dragon", "the same with dragon paying: which arm the format-only warm start prefers varies "
+          "by seed, so only a policy that learns which arm pays reaches 0.8 under both assignments", BANDIT_METHODS,
+          kind="threshold", bar=0.8),
     Claim("archer_delayed_choice", "ArCHer on delayed_choice after a format-only warm start (config/"
           "archer_delayed_choice.yaml)", (
         Method("ArCHer", "archer_delayed_choice"),
@@ -263,7 +267,7 @@ class Verdict:
 def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict:
     """The claim's verdict from its finished runs: every method (not control) has mean - sd >= bar (and, for a claim
     from a warm start that already reads, ``needs_gain``, a per-seed RL gain final - start with mean - sd > 0), and
-    every control's mean stays under the bar; for a ``threshold`` claim, every method's start is also under it."""
+    every control's mean stays under the bar."""
     finals = {m.name: [r["final"] for r in rows.get(m.name, []) if r["final"] is not None] for m in claim.methods}
     controls = [statistics.fmean(finals[m.name]) for m in claim.methods if m.control and finals[m.name]]
     if claim.kind == "threshold":
@@ -289,10 +293,6 @@ def verdicts(claim: Claim, bound: float, rows: dict[str, list[dict]]) -> Verdict
             g_mean, g_sd = _stats(gains)
             ok = ok and len(gains) >= 3 and g_mean - g_sd > 0
             text += f"; RL gain over the warm start {g_mean:+.2f} ± {g_sd:.2f}"
-        if claim.kind == "threshold":
-            starts = [r["start"] for r in rows[m.name] if r["start"] is not None]
-            ok = ok and bool(starts) and max(starts) < bar
-            text += f"; start at most {max(starts, default=float('nan')):.2f}"
         oks.append(ok)
         parts.append(f"{m.name}: {'holds' if ok else 'not met'} ({text})")
     holds = None if None in oks else all(oks)

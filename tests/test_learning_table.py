@@ -78,9 +78,9 @@ def test_an_expert_warm_start_claim_also_needs_the_rl_gain():
     assert v.holds is True, v.line
 
 
-def test_a_threshold_claims_bar_is_its_learning_checks_and_its_start_must_be_under_it():
+def test_a_threshold_claims_bar_is_its_learning_checks():
     """``bandit_async``: the bar is the bandit check's 0.8 whatever the open-loop bound (1.0 here: one arm always
-    pays); every method needs mean - sd >= 0.8 and a start under 0.8 (a warm start already there shows nothing)."""
+    pays); every method needs mean - sd >= 0.8."""
     claim = next(c for c in table.CLAIMS if c.name == "bandit_async")
     names = [m.name for m in claim.methods]
     # 0.84, 0.88, 0.92: mean 0.88, sd 0.04 -> 0.84 >= 0.8
@@ -90,8 +90,6 @@ def test_a_threshold_claims_bar_is_its_learning_checks_and_its_start_must_be_und
     # the last method: 0.78, 0.88, 0.92 -> mean 0.86, sd 0.072 -> 0.788 < 0.8
     v = table.verdicts(claim, 1.0, {**good, **_rows(names[-1], [0.78, 0.88, 0.92], [0.2, 0.3, 0.25])})
     assert v.holds is False and "mean - sd 0.79" in v.line
-    v = table.verdicts(claim, 1.0, {**good, **_rows(names[0], [0.84, 0.88, 0.92], [0.2, 0.81, 0.25])})
-    assert v.holds is False and "start at most 0.81" in v.line
 
 
 MET_CLAIMS = ["delayed_choice"]  # the claims the table showed holding (docs/benchmarks.md, "Learning table")

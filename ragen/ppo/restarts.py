@@ -5,7 +5,13 @@ A worker process that dies mid-step (killed, crashed, or lost with its node) sur
 trainer does not exit (``PPOTrainer.restart``): :func:`rebuild_workers` tears down every worker group of the run
 (the survivors too: FSDP ranks of a group share a process group that cannot take a new member) and builds them
 again in the same placements (the actor's ranks with fresh engines of their own, asleep until their first weight
-sync); :func:`rewind` then loads the last complete checkpoint (``ragen.utils.checkpoint.latest_checkpoint``: an
+sync). A separately placed vLLM engine (``rollout.vllm.placement=separate``) is replaced on every restart, whether it
+died (its calls raise a ``WorkerFailure`` naming the rollout engine, in the trainer or, asynchronously, in the
+rollout thread, which hands it to the trainer's next step) or a worker did (its NCCL group with the old actor's rank
+0 cannot take the new one): the old engine actor is killed, a new one starts in the same bundle before the worker
+groups, as at set-up, the run's engine handle (which the proxies keep) is bound to it, and the new actor's rank 0
+forms the NCCL weight-sync group with it (``placement.replace_engine_actor``, ``placement.init_nccl_sync``).
+:func:`rewind` then loads the last complete checkpoint (``ragen.utils.checkpoint.latest_checkpoint``: an
 interrupted save never counts) into the workers, the engines (the weight sync wakes them, whatever phase the
 failure interrupted), the step counter, the RNG and the env seed counters. The steps after that checkpoint are run
 again, exactly as a ``trainer.resume=auto`` restart of the whole job would run them, and their metrics logged
@@ -42,11 +48,17 @@ class InitialState:
         return cls(rng=get_rng_state(), proxy=proxy.state_dict())
 
 
-def rebuild_workers(run: Run, placement_group: Any, engine_spec: Any, *, nccl: bool) -> None:
+def rebuild_workers(run: Run, placement_group: Any, engine_spec: Any, *, nccl: bool,
+                    kill_engine: Callable[[Any], None] | None = None) -> None:
     """Replace every worker group of ``run`` by a new one in the same placement (``placement_group``); the actor's
     ranks host fresh engines (``engine_spec``; the run's engine handle, which the proxies keep, is bound to them),
-    or a separately placed engine joins the new actor's rank 0 again (``nccl``)."""
+    or (``nccl``) the separately placed engine is replaced first, its old actor ended by ``kill_engine`` (default
+    ``ray.kill``), and the new engine joins the new actor's rank 0 (module docstring)."""
     run.stop_workers()
+    if nccl:  # run.engine: the RemoteEngine, or the VersionedEngine around it (which forwards rebind and actor)
+        placement.replace_engine_actor(
+            run.engine, lambda: builders.build_engine(run.cfg, run.model_path, run.tokenizer, placement_group),
+            kill_engine)
     run.workers = builders.build_workers(run.cfg, run.model_path, placement_group, engine=engine_spec)
     if engine_spec is not None:  # the proxies keep the handle; it drives the new ranks' engines
         run.engine.rebind(run.workers["actor"])

@@ -18,8 +18,8 @@ Models live in worker groups (Ray placement groups, or in-process), and so do th
 hosts one (``ragen.trainer.placement``; a vLLM engine on GPUs of its own is the exception), built before its model,
 and loads its weights from its own shards. The driver only moves prompts, samples, batches and metrics. The config
 is frozen; everything that changes during training (step, RNG, seed counters) is trainer state, saved with every
-checkpoint. A dead worker stops the run naming the worker and phase, or, with ``trainer.max_restarts``, the worker
-groups (and the engines they host) are rebuilt from the last checkpoint (``ragen.ppo.restarts``).
+checkpoint. A dead worker (or engine) stops the run naming it and the phase, or, with ``trainer.max_restarts``, the
+worker groups and the engines are rebuilt from the last checkpoint (``ragen.ppo.restarts``).
 """
 
 from __future__ import annotations
@@ -213,13 +213,16 @@ class PPOTrainer:
                               sync_engine=self.sync_engine_weights, validate=self.validate)
 
     def restart(self, failure: Exception) -> None:
-        """After a dead worker (``failure``), with ``trainer.max_restarts`` left: rebuild every worker group and
-        continue from the last complete checkpoint (``ragen.ppo.restarts``); counted in ``restarts``."""
+        """After a dead worker or engine (``failure``), with ``trainer.max_restarts`` left: rebuild every worker group
+        (and a separately placed engine) and continue from the last complete checkpoint (``ragen.ppo.restarts``);
+        counted in ``restarts``. Asynchronous training: the rollout thread is stopped and its queue discarded first,
+        and the engine's version restarts at the checkpoint's step."""
         cfg = self.cfg
         self.restarts += 1
         self._stop_queue()
+        what = "worker groups and the rollout engine" if self.nccl else "worker groups"
         console.say(f"[ragen] {failure}\n[ragen] restart {self.restarts}/{cfg.trainer.max_restarts}: rebuilding the "
-                    "worker groups")
+                    f"{what}")
         rebuild_workers(self.run, self.placement_group, self.engine_spec, nccl=self.nccl)
         rewind(self.run, self.initial_state, self.load_checkpoint, self.sync_engine_weights)
         if isinstance(self.run.engine, VersionedEngine):

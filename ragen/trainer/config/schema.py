@@ -357,8 +357,9 @@ class TrainerSection:
     ``ragen.trainer.numerics.FailedEpisodesGuard``; 0 = never stop). ``worker_call_timeout_s``: seconds one call to a
     Ray worker group, the rollout engine actor or the NCCL weight sync may take before the run stops naming the worker
     and phase (null = no limit); ``worker_start_timeout_s``: seconds a worker group's ranks may take to start (load the
-    model, answer a ping). ``max_restarts``: how many times a dead worker may be replaced in-run (the worker groups are
-    rebuilt from the last complete checkpoint, ``ragen.ppo.restarts``; 0 = stop). ``ray_address``: an existing Ray
+    model, answer a ping). ``max_restarts``: how many times a dead worker (or a dead separately placed engine) may be
+    replaced in-run (the worker groups and that engine are rebuilt from the last complete checkpoint,
+    ``ragen.ppo.restarts``; 0 = stop). ``ray_address``: an existing Ray
     cluster to join (null = ``$RAY_ADDRESS``, else a local Ray is started). ``placement_strategy``: Ray's strategy for
     the placement groups of the worker ranks (``PLACEMENT_STRATEGIES``); ``placement_timeout_s``: seconds to wait for
     one before failing with the resources the cluster lacks (``ragen.workers.placement_check``). ``gpu_memory_gb``: GiB

@@ -167,8 +167,8 @@ def check_async(cfg: TrainConfig) -> list[str]:
 
         out.append(f"trainer.max_staleness={tr.max_staleness} trains on tokens sampled by older policies, so the "
                    "behaviour policy must be corrected for explicitly: set algorithm.rollout_correction.mode to one of "
-                   f"{', '.join(m for m in MODES if m != 'none')} (token_tis with clip 2 is the recommended one, "
-                   "docs/async.md)")
+                   f"{', '.join(m for m in MODES if m != 'none')} (seq_mask, which drops whole stale episodes "
+                   "the current policy would no longer play, is the recommended one, docs/async.md)")
     if tr.stale_policy == "drop" and tr.max_staleness == 0:
         out.append("trainer.stale_policy=drop with trainer.max_staleness=0 would drop every batch played during an "
                    "update; use trainer.stale_policy=wait (the synchronous numbers) or trainer.max_staleness >= 1")

@@ -56,7 +56,8 @@ def test_killed_actor_worker_stops_the_run_named_then_resume_finishes(tmp_path):
                       r"Last complete checkpoint: (\S+); rerun with trainer.resume=auto", stderr)
     assert match, stderr[-3000:]
     method, phase, step, ckpt = match.groups()
-    assert phase in ("old_log_probs", "actor_update", "weight_sync", "memory_stats", "checkpoint"), phase
+    # the actor's rank also hosts the engine (CPU), so the kill may land in the next step's rollout
+    assert phase in ("rollout", "old_log_probs", "actor_update", "weight_sync", "memory_stats", "checkpoint"), phase
     assert int(step) >= 2 and Path(ckpt).name.startswith("global_step_")
     done = max(r["step"] for r in read_metrics(out))
     # resume=auto (in-process: the same checkpoint format) finishes steps done+1..3

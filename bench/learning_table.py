@@ -85,10 +85,18 @@ BANDIT_METHODS = (
     Method("GRPO, async k=2, seq_mask", "bandit_learning_check", ASYNC_K2),
 )
 EXPERT_WARM_START = ("trainer.sft_warmup_steps=6", "sft.noise=0.0", "actor.lr=2e-5")
+# GRPO whose baseline compares episodes on one map; groups without reward spread dropped (RAGEN-2's filter)
+GRPO_GROUPS = ("algorithm=grpo", "rollout.n_groups=8", "rollout.group_size=4",
+               "algorithm.rollout_filter=variance_share", "trainer.total_steps=40")
 CLAIMS = (
     Claim("frozen_lake_3x3", "FrozenLake 3x3, 3 turns, greedy validation on 32 maps (train_ppo_multi_turn.sh)", (
         Method("token GAE", "ppo_multi_turn"),
         Method("token GAE, blind", "ppo_multi_turn", BLIND, control=True),
+    )),
+    Claim("frozen_lake_3x3_grpo", "the same task with GRPO over groups of 4 episodes that replay one map, the "
+          "variance-share filter and 40 steps (the FrozenLake lever table's best row)", (
+        Method("GRPO over groups", "ppo_multi_turn", GRPO_GROUPS),
+        Method("GRPO over groups, blind", "ppo_multi_turn", (*GRPO_GROUPS, *BLIND), control=True),
     )),
     Claim("frozen_lake_3x3_bilevel", "the same task with bi-level GAE (train_ppo_bilevel.sh)", (
         Method("bi-level GAE", "ppo_bilevel"),

@@ -218,3 +218,15 @@ def test_env_variants_inherit_their_env_and_set_only_what_differs():
         assert not same, f"{path.name} restates {same}"
         composed = to_train_config(compose("base", [f"env={path.stem}"])).env
         assert composed.config == {**parent["config"], **own.get("config", {})}
+
+
+def test_random_warm_start_actions_need_an_env_that_lists_them():
+    """A format-only warm start (``sft.noise`` > 0, the multi-turn CPU recipe) on a free-text env would demonstrate
+    pieces of its legal-actions description as answers; it is refused before anything starts, naming the fix."""
+    for env in ("twenty_questions_small", "countdown"):
+        with pytest.raises(ConfigError, match=r"sft.noise=1.0 makes the warm start play random legal actions, but env "
+                           r"'\w+' takes free-text actions .* set sft.noise=0"):
+            validate(to_train_config(compose("ppo_multi_turn", [f"env={env}"])))
+        validate(to_train_config(compose("ppo_multi_turn", [f"env={env}", "sft.noise=0"])))  # the expert's answers
+        validate(to_train_config(compose("ppo_multi_turn", [f"env={env}", "trainer.sft_warmup_steps=0"])))
+    validate(to_train_config(compose("ppo_multi_turn", ["env=sokoban"])))  # a listed action set

@@ -10,15 +10,16 @@ So a warm start imitates exactly the tokens RL will later sample and train on (`
 Where a turn may carry several actions (``max_actions_per_turn`` > 1, e.g. FrozenLake, Sokoban) the expert plans
 that many: its next actions are read off a copy of the env stepped with the earlier ones (``copy.deepcopy``), and
 the answer joins them with ``action_sep``, as a model is asked to; the plan stops where the copy's episode ends.
-With probability ``noise`` an action is a random legal one instead (noisy experts: the model also sees states off
-the optimal path and the expert's recovery from them). Random actions are dealt like cards: each set of legal
-actions has its own shuffled deck, refilled when empty, so every legal action is drawn equally often (stratified
-sampling, ``random_actions="dealt"``). With ``noise=1.0`` (a format-only warm start) the demonstrations then carry
-no preference between actions by chance: on the two-armed bandit, independent draws leave 64 demonstrations 26/38
-or more uneven one time in six, and the warm-started policy's preference varied from 0.25 to 0.94 between seeds.
-The deck has a cost where a turn holds several actions: consecutive deals rarely repeat an action, so on FrozenLake
-a demonstrated 4-move turn holds every move once (they cancel out; dealt random moves win 9% of 3-turn episodes,
-independent ones 18%). ``random_actions="independent"`` draws each random action uniformly on its own.
+With probability ``noise`` an action is a random legal one instead, drawn from the env's ``action_list()`` (noisy
+experts: the model also sees states off the optimal path and the expert's recovery from them). Random actions are
+dealt like cards: each set of legal actions has its own shuffled deck, refilled when empty, so every legal action is
+drawn equally often (stratified sampling, ``random_actions="dealt"``). With ``noise=1.0`` (a format-only warm start)
+the demonstrations then carry no preference between actions by chance: on the two-armed bandit, independent draws
+leave 64 demonstrations 26/38 or more uneven one time in six, and the warm-started policy's preference varied from
+0.25 to 0.94 between seeds. The deck has a cost where a turn holds several actions: consecutive deals rarely repeat
+an action, so on FrozenLake a demonstrated 4-move turn holds every move once (they cancel out; dealt random moves
+win 9% of 3-turn episodes, independent ones 18%). ``random_actions="independent"`` draws each random action
+uniformly on its own.
 
 Ids end with the closing answer tag when the agent stops there (``stop_at_answer``; the proxy appends the
 end-of-turn token with mask 0, as for sampled responses), else with the end-of-turn token. Log-probs are reported
@@ -64,9 +65,12 @@ class ExpertResponder:
         return full[len(cfg.response_prefix):]
 
     def action(self, env: Any) -> str:
-        """The expert's action, or with probability ``noise`` a random legal one."""
+        """The expert's action, or with probability ``noise`` a random legal one from ``env.action_list()`` (the
+        expert's where the env lists none now; config validation refuses noise for envs without ``action_list``,
+        whose ``legal_actions()`` only describes free-text actions)."""
         if self.noise > 0 and self.rng.random() < self.noise:
-            legal = tuple(a.strip() for a in str(env.legal_actions()).split(",") if a.strip())
+            listed = getattr(env, "action_list", None)
+            legal = tuple(a for a in (listed() if callable(listed) else ()) if a.strip())
             if legal:
                 self.stats["noise_turns"] += 1
                 return self.rng.choice(legal) if self.independent else self._deal(legal)

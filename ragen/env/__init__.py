@@ -5,6 +5,7 @@ from ragen.env.base import (
     StepResult,
     config_keys,
     default_config,
+    has_action_list,
     has_expert,
     is_program,
     make,
@@ -15,5 +16,5 @@ from ragen.env.base import (
     reports_step_split,
 )
 
-__all__ = ["Env", "StepResult", "config_keys", "default_config", "has_expert", "is_program", "make", "missing_extras",
-           "names", "plugin_names", "register", "reports_step_split"]
+__all__ = ["Env", "StepResult", "config_keys", "default_config", "has_action_list", "has_expert", "is_program", "make",
+           "missing_extras", "names", "plugin_names", "register", "reports_step_split"]

@@ -66,7 +66,11 @@ class BanditEnv:
         return self._render()
 
     def legal_actions(self) -> str:
-        return ", ".join(self._order or [self.low_arm, self.high_arm])
+        return ", ".join(self.action_list())
+
+    def action_list(self) -> list[str]:
+        """The two arms, in the order the prompt shows them."""
+        return list(self._order or [self.low_arm, self.high_arm])
 
     def expert_action(self) -> str:
         """The high-risk arm: its expected payout is the higher one."""

@@ -24,6 +24,12 @@ strings typed by hand), and it works from any reachable state, also one reached 
 recover). It raises ``RuntimeError`` before ``reset`` and once the episode is over. ``has_expert(name)`` tells which
 envs have one (used by the supervised warm start, ``ragen.agent.expert``); envs without one say why in their
 module docstring.
+
+Optional: ``action_list() -> list[str]``, every action legal now, one string each as ``step`` accepts it (empty when
+none can be listed). Envs with a small fixed action set have it (moves, arms, doors); envs whose actions are free
+text (questions, expressions, answers) do not, as ``legal_actions()`` can only describe them. A warm start's random
+legal actions (``sft.noise`` > 0) are drawn from it, so config validation refuses ``sft.noise`` > 0 for an env
+without it (``has_action_list(name)``).
 """
 
 from __future__ import annotations
@@ -199,6 +205,11 @@ def reports_step_split(name: str) -> bool:
 def has_expert(name: str) -> bool:
     """True when env ``name``'s registered factory has an ``expert_action`` method (see the module docstring)."""
     return callable(getattr(_lookup(name), "expert_action", None))
+
+
+def has_action_list(name: str) -> bool:
+    """True when env ``name``'s registered factory lists its legal actions (``action_list``, module docstring)."""
+    return callable(getattr(_lookup(name), "action_list", None))
 
 
 def is_program(name: str) -> bool:

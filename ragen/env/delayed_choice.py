@@ -78,7 +78,11 @@ class DelayedChoiceEnv:
         return self._render()
 
     def legal_actions(self) -> str:
-        return ", ".join(self._options or self.doors)
+        return ", ".join(self.action_list())
+
+    def action_list(self) -> list[str]:
+        """The doors on the first turn, then the chests offered."""
+        return list(self._options or self.doors)
 
     def expert_action(self) -> str:
         """``good_door`` on the first turn, then the first chest offered (any chest is as good)."""

@@ -141,7 +141,11 @@ class FrozenLakeEnv:
         return list(self._desc)
 
     def legal_actions(self) -> str:
-        return ", ".join(ACTIONS)
+        return ", ".join(self.action_list())
+
+    def action_list(self) -> list[str]:
+        """The four moves (any move is legal; one into a wall leaves the player where it is)."""
+        return list(ACTIONS)
 
     def render(self) -> str:
         """The text grid of the current state (legend in the module docstring)."""

@@ -164,6 +164,10 @@ class TextAdventureEnv:
             return "The game is over."
         return ", ".join(self.valid_actions) if self.valid_actions else NO_VALID_ACTIONS
 
+    def action_list(self) -> list[str]:
+        """jericho's valid actions (empty where the game gives none, or once it is over)."""
+        return [] if self.done else list(self.valid_actions)
+
     def step(self, action: str) -> StepResult:
         if self.done or self.game is None:
             return StepResult("The game is over.", 0.0, True, {"action_is_valid": False, "success": False})

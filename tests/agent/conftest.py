@@ -44,6 +44,9 @@ class LineEnv:
     def legal_actions(self) -> str:
         return "left, right"
 
+    def action_list(self) -> list[str]:
+        return ["left", "right"]
+
     def expert_action(self) -> str:
         """The expert walks right (the rewarded direction of this test env)."""
         return "right"

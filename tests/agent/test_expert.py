@@ -77,6 +77,31 @@ class _TwoActions:
     def legal_actions(self):
         return "left, right"
 
+    def action_list(self):
+        return ["left", "right"]
+
+
+class _FreeText:
+    """An env whose actions are free text: ``legal_actions`` describes them (with commas), nothing lists them."""
+
+    def legal_actions(self):
+        return "Any yes/no question (e.g. 'Is it red?'), or a guess 'Is it a <object>?'. Questions left: 3."
+
+    def expert_action(self):
+        return "Is it an animal?"
+
+
+def test_random_actions_come_from_the_action_list_never_from_the_description(char_tok):
+    """Noise draws from ``action_list()``; an env without one (free text) gets its expert's action, never a
+    fragment of the prose ``legal_actions()`` shows (config validation refuses noise there, ``check_warm_start``)."""
+    cfg = AgentConfig(max_turn=3, think=False)
+    eot = char_tok.convert_tokens_to_ids("<|end|>")
+    responder = ExpertResponder(char_tok, cfg, eot, noise=1.0, seed=0)
+    assert {responder.action(_FreeText()) for _ in range(20)} == {"Is it an animal?"}
+    assert responder.stats == {"expert_turns": 20, "noise_turns": 0}
+    assert {responder.action(_TwoActions()) for _ in range(20)} == {"left", "right"}
+    assert responder.stats["noise_turns"] == 20
+
 
 def test_several_actions_per_turn_are_planned_on_a_copy(char_tok, fake_engine):
     """With max_actions_per_turn > 1 the expert answers a plan (read off a copy of the env), ending where the

@@ -28,6 +28,9 @@ class HigherLower:
     def expert_action(self) -> str:
         return str(self.secret)
 
+    def action_list(self) -> list[str]:
+        return [str(k) for k in range(1, self.n + 1)]
+
     def step(self, action: str) -> StepResult:
         try:
             guess = int(action.strip())

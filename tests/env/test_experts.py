@@ -48,8 +48,9 @@ def make(name: str):
 
 
 def play(env, seed: int, noise_at: int | None = None, rng: random.Random | None = None):
-    """Play one episode with the expert (a random legal action, as the warm start's noise draws it, on step
-    ``noise_at``); returns (observations, actions, results)."""
+    """Play one episode with the expert (on step ``noise_at`` a random comma-separated piece of ``legal_actions()``:
+    a listed action where the env has ``action_list``, else an off-path piece of its description); returns
+    (observations, actions, results)."""
     observations, actions, results = [env.reset(seed)], [], []
     done = False
     while not done:
@@ -66,6 +67,30 @@ def play(env, seed: int, noise_at: int | None = None, rng: random.Random | None 
         observations.append(result.observation)
         done = result.done
     return observations, actions, results
+
+
+WITH_ACTION_LIST = ["bandit", "delayed_choice", "frozen_lake", "sokoban", "text_adventure"]
+
+
+def test_action_list_exactly_for_envs_with_a_listed_action_set():
+    """The warm start's random actions (``sft.noise``) come from ``action_list``: the envs with a fixed small action
+    set have it; free-text envs (questions, expressions, answers, searches) do not."""
+    from ragen.env.base import _BUILTIN_MODULES
+
+    builtin = [n for n in E.names() if n in _BUILTIN_MODULES]
+    assert [n for n in builtin if E.has_action_list(n)] == WITH_ACTION_LIST
+
+
+@pytest.mark.parametrize("name", [n for n in WITH_ACTION_LIST if n != "text_adventure"])
+def test_every_listed_action_is_legal_and_is_what_the_prompt_shows(name):
+    env = make(name)
+    for seed in range(6):
+        env.reset(seed)
+        listed = env.action_list()
+        assert listed and env.legal_actions() == ", ".join(listed)
+        for action in listed:
+            env.reset(seed)
+            assert env.step(action).info["action_is_valid"], (name, seed, action)
 
 
 def test_has_expert_exactly_for_envs_with_one():
@@ -150,8 +175,8 @@ def test_grid_expert_recovers_after_a_random_move(name):
 
 @pytest.mark.parametrize("name", ["guess_my_city", "search_qa", "twenty_questions", "webshop"])
 def test_expert_recovers_after_a_random_legal_action(name):
-    """A random legal action (drawn as the warm start's noise draws it) on step 0 or 1, then the expert: it wins
-    whenever that action did not end the episode."""
+    """An off-path action (a piece of the free-text envs' ``legal_actions()`` description; their warm start draws
+    no random actions) on step 0 or 1, then the expert: it wins whenever that action did not end the episode."""
     env, rng, checked = make(name), random.Random(1), 0
     for seed in range(12):
         noise_at = seed % 2

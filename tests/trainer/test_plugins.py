@@ -56,6 +56,9 @@ class GuessNumber:
     def legal_actions(self):
         return f"an integer from {{self.lo}} to {{self.hi}}"
 
+    def action_list(self):
+        return [str(k) for k in range(self.lo, self.hi + 1)]
+
     def expert_action(self):
         if self.secret is None:
             raise RuntimeError("call reset() first")

@@ -79,7 +79,11 @@ class SokobanEnv:
         return self.room.render()
 
     def legal_actions(self) -> str:
-        return ", ".join(GRID_MOVES)
+        return ", ".join(self.action_list())
+
+    def action_list(self) -> list[str]:
+        """The four pushes / moves (a blocked one leaves the room as it is)."""
+        return list(GRID_MOVES)
 
     def expert_action(self) -> str:
         """The expert's move in the current room (module docstring); reads the state only."""

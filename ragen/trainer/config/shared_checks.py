@@ -323,10 +323,11 @@ def check_engine_placement(cfg: TrainConfig) -> list[str]:
 
 
 @register("warm_start", reads=("trainer.sft_warmup_steps", "env.name", "env.config.expert", "agent.think",
-                               "agent.think_tag", "agent.answer_tag", "agent.response_prefix"), after=("env_mix",),
-          per_env=True)
+                               "agent.think_tag", "agent.answer_tag", "agent.response_prefix", "sft.noise"),
+          after=("env_mix",), per_env=True)
 def check_warm_start(cfg: TrainConfig) -> list[str]:
-    """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow."""
+    """``trainer.sft_warmup_steps`` needs an env with an expert and a response prefix the expert can follow, and
+    ``sft.noise`` > 0 an env that lists its legal actions (``action_list``) to draw random ones from."""
     steps = cfg.trainer.sft_warmup_steps
     if steps < 0:
         return [f"trainer.sft_warmup_steps={steps} must be >= 0 (0 = no warm start)"]
@@ -345,6 +346,11 @@ def check_warm_start(cfg: TrainConfig) -> list[str]:
         with_expert = [n for n in ragen.env.names() if ragen.env.has_expert(n)]
         out.append(f"trainer.sft_warmup_steps={steps} needs an env with an expert, but env {cfg.env.name!r} has none; "
                    f"envs with one: {', '.join(with_expert)} (or set trainer.sft_warmup_steps=0)")
+    elif cfg.sft.noise > 0 and cfg.env.name in ragen.env.names() and not ragen.env.has_action_list(cfg.env.name):
+        out.append(f"sft.noise={cfg.sft.noise} makes the warm start play random legal actions, but env "
+                   f"{cfg.env.name!r} takes free-text actions (it has no action_list(); its legal_actions() describes "
+                   "them), so there are none to draw: set sft.noise=0 (its expert on every turn) or "
+                   "trainer.sft_warmup_steps=0")
     a = cfg.agent
     full = (f"<{a.think_tag}></{a.think_tag}>" if a.think else "") + f"<{a.answer_tag}>"
     if not full.startswith(a.response_prefix):

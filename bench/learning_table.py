@@ -184,7 +184,8 @@ def open_loop_bound(cfg, depth: int | None = None) -> tuple[float, str]:
 
 
 def _action_set(make: Callable, seed: int, turns: int) -> list[str]:
-    """Every action the env lists as legal in the states reachable from ``seed`` within ``turns`` steps."""
+    """Every action the env lists as legal (``action_list``) in the states reachable from ``seed`` within ``turns``
+    steps."""
     import copy
 
     seen: list[str] = []
@@ -193,7 +194,7 @@ def _action_set(make: Callable, seed: int, turns: int) -> list[str]:
     for _ in range(turns):
         nxt = []
         for env in frontier:
-            for a in (x.strip() for x in env.legal_actions().split(",")):
+            for a in env.action_list():
                 if a and a not in seen:
                     seen.append(a)
                 child = copy.deepcopy(env)

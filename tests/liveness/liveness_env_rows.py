@@ -18,10 +18,12 @@ PROGRAM_EPISODES = Quantity("rollout", ("prompt_tokens", "sampled_tokens", "toke
 SCRIPTED_REWARDS = Quantity("rollout", ("token_rewards",), "rewards of scripted answers")
 LLM_EPISODES = Quantity("expert", ("prompt_tokens", "sampled_tokens", "token_rewards"),
                         "episodes: observations, expert answers, rewards", slow=True)
+LLM_SCRIPTED = Quantity("rollout", ("prompt_tokens", "sampled_tokens", "token_rewards"),
+                        "episodes: observations, scripted questions, rewards", slow=True)
 LLM_ONLY = "read only by the llm oracle: the env refuses it with oracle=scripted"
 # The llm oracle answers with the default model (135M) on CPU: two two-turn episodes keep guess_my_city's long answers
 # few (the first turn's answer is the second turn's observation); twenty_questions' yes / no answers need the eight
-# episodes of the env's context to show a shorter budget.
+# episodes of the env's context, and a question the oracle answers with a preamble, to show a shorter budget.
 LLM_FEW = ("rollout.n_groups=1", "rollout.group_size=2", "actor.mini_batch_size=2", "critic.mini_batch_size=2")
 NOT_SHOWN = ("not demonstrated: live only where a bought product's catalog nouns and its title's extracted nouns "
              "disagree; the probe's purchases on the shipped catalog never hit such a product")
@@ -92,13 +94,16 @@ def add_env_rows(t: Table) -> None:
     for key, value in (("size", 3), ("p", 0.5), ("is_slippery", True), ("max_steps", 1)):
         row("frozen_lake", key, changes(EPISODES, value, when=c))
 
-    for env, tokens, few in (("guess_my_city", 8, LLM_FEW), ("twenty_questions", 4, ())):
+    # the experts ask questions the llm oracle answers "Yes" / "No" in its first word, whatever its budget:
+    # twenty_questions' budget shows on the scripted questions (liveness_probes.ACTIONS)
+    for env, tokens, few, llm_q in (("guess_my_city", 8, LLM_FEW, LLM_EPISODES),
+                                    ("twenty_questions", 4, (), LLM_SCRIPTED)):
         c = _ctx(env)
         few = (*c, *few)
         row(env, "oracle", changes(LLM_EPISODES, "llm", when=few))
         row(env, "oracle_model", rejected("another-model", when=c, match="only oracle='llm' reads it"),
             note="another model for the llm oracle: not walked (one model is available offline)")
-        row(env, "oracle_max_new_tokens", changes(LLM_EPISODES, tokens, when=(*few, "env.config.oracle=llm")),
+        row(env, "oracle_max_new_tokens", changes(llm_q, tokens, when=(*few, "env.config.oracle=llm")),
             rejected(tokens, when=c, match="only oracle='llm' reads it"))
         row(env, "max_turns", changes(EPISODES, 1, when=c))
     row("guess_my_city", "min_population", changes(EPISODES, 1000000, when=_ctx("guess_my_city")))

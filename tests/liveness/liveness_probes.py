@@ -234,7 +234,10 @@ class ScriptedEngine:
 
 ACTIONS = {"bandit": ("phoenix", "dragon"), "frozen_lake": ("Left", "Down"), "sokoban": ("Up", "Left"),
            "delayed_choice": ("left", "gold"), "text_adventure": ("take lamp", "north"),
-           "search_qa": ("<think>the answer may be Paris", "Paris")}  # search_qa: an unclosed think tag
+           "search_qa": ("<think>the answer may be Paris", "Paris"),  # search_qa: an unclosed think tag
+           # twenty_questions: a question echoing the prompt's text, which the 135M llm oracle answers with a preamble
+           # ("The answer to the question ... is No"): only a budget of more than a few tokens reaches the answer
+           "twenty_questions": ("or a guess 'Is it a cat?'. Questions left: 3.", "Is it alive?")}
 
 
 def batch_entries(batch: Any, prefix: str) -> dict[str, torch.Tensor]:
